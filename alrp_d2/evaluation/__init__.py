@@ -1,0 +1,36 @@
+"""Evaluation with LRP metrics (optimal LRP, its components, AP90, rank correlation) next to COCO
+AP, and inference filtered by the LRP-optimal per-class score thresholds.
+
+The numpy LRP computation (:mod:`.lrp`) imports without detectron2; the evaluator and the
+predictor, which need detectron2, are imported on first access."""
+
+from importlib import import_module
+from typing import Any
+
+from .lrp import ClassResult, DetectionMatches, OptimalLRP, detection_matches, evaluate_classes, optimal_lrp, summarise
+
+_DETECTRON2_NAMES = {
+    "COCOLRPEvaluator": ".coco_lrp_evaluation",
+    "LRP_THRESHOLDS_FILE": ".coco_lrp_evaluation",
+    "LRPThresholdPredictor": ".predictor",
+    "filter_by_class_thresholds": ".predictor",
+    "load_lrp_thresholds": ".predictor",
+}
+
+__all__ = [
+    "ClassResult",
+    "DetectionMatches",
+    "OptimalLRP",
+    "detection_matches",
+    "evaluate_classes",
+    "optimal_lrp",
+    "summarise",
+    *_DETECTRON2_NAMES,
+]
+
+
+def __getattr__(name: str) -> Any:
+    """Lazy access to the detectron2-based evaluator and predictor (PEP 562)."""
+    if name not in _DETECTRON2_NAMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(_DETECTRON2_NAMES[name], __name__), name)

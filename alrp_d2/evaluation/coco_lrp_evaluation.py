@@ -1,0 +1,135 @@
+"""COCO evaluation with optimal LRP, AP at IoU 0.90 and the classification/localisation rank
+correlation next to COCO AP (see :mod:`alrp_d2.evaluation.lrp` for the definitions)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+from pycocotools.cocoeval import COCOeval
+from tabulate import tabulate
+
+import detectron2.utils.comm as comm
+from detectron2.evaluation import COCOEvaluator
+from detectron2.utils.file_io import PathManager
+from detectron2.utils.logger import create_small_table
+
+from .lrp import LRP_TAU, ClassResult, detection_matches, evaluate_classes, summarise
+
+LRP_THRESHOLDS_FILE = "lrp_optimal_thresholds.json"
+AP90_IOU = 0.9
+LRP_METRICS = ("oLRP", "oLRP_loc", "oLRP_FP", "oLRP_FN", "AP90", "rho")
+UNDEFINED_BECAUSE = {
+    "oLRP": "no class has ground truth",
+    "oLRP_loc": "no class has a true positive",
+    "oLRP_FP": "no class has a true positive",
+    "oLRP_FN": "no class has a true positive",
+    "AP90": "no class has ground truth",
+    "rho": "no class has two true positives with distinct scores and distinct IoUs",
+}
+
+
+def ap_at_iou(coco_eval: COCOeval, iou: float) -> float:
+    """COCO AP (x100) at one IoU threshold: the mean of the accumulated precision at that
+    threshold over recall thresholds and categories, area 'all', ``maxDets[-1]`` (as COCOeval
+    summarises AP50 and AP75); NaN when no category has ground truth."""
+    params = coco_eval.params
+    hits = np.flatnonzero(np.isclose(np.asarray(params.iouThrs, dtype=np.float64), iou))
+    if len(hits) == 0:
+        raise ValueError(f"COCOeval was not run at IoU {iou}: params.iouThrs = {list(params.iouThrs)}")
+    area = params.areaRngLbl.index("all")
+    precision = coco_eval.eval["precision"][hits[0], :, :, area, -1]
+    valid = precision[precision > -1]
+    return float(np.mean(valid) * 100) if valid.size else float("nan")
+
+
+def lrp_optimal_thresholds(class_names: Sequence[str], classes: Sequence[ClassResult]) -> Dict[str, Optional[float]]:
+    """Class name -> LRP-optimal score threshold, ``None`` for a class without ground truth or
+    without any true positive."""
+    return {
+        name: (result.lrp.threshold if result.lrp is not None else None) for name, result in zip(class_names, classes)
+    }
+
+
+def per_class_olrp(class_names: Sequence[str], classes: Sequence[ClassResult]) -> List[Tuple[str, float]]:
+    """``(class name, oLRP x100)`` of the classes with ground truth."""
+    return [(name, 100.0 * result.lrp.olrp) for name, result in zip(class_names, classes) if result.lrp is not None]
+
+
+def per_class_table(rows: List[Tuple[str, float]]) -> str:
+    """Per-category oLRP in the layout of detectron2's per-category AP table."""
+    num_cols = min(6, len(rows) * 2)
+    flat = list(itertools.chain(*rows))
+    table_rows = itertools.zip_longest(*[flat[i::num_cols] for i in range(num_cols)])
+    return tabulate(
+        table_rows, tablefmt="pipe", floatfmt=".3f", headers=["category", "oLRP"] * (num_cols // 2), numalign="left"
+    )
+
+
+class COCOLRPEvaluator(COCOEvaluator):
+    """detectron2's COCOEvaluator whose ``results["bbox"]`` also holds ``oLRP``, ``oLRP_loc``,
+    ``oLRP_FP``, ``oLRP_FN`` (x100, means over classes with ground truth; components over
+    classes with a true positive), ``AP90`` (x100), ``rho`` (mean Spearman correlation between
+    scores and IoUs of the TPs, in [-1, 1]) and ``oLRP-<class name>``. The LRP-optimal score
+    threshold of every class is written to ``<output_dir>/lrp_optimal_thresholds.json``.
+
+    LRP reuses the COCOeval that computed AP: its matching at IoU 0.5 (area 'all', at most
+    ``max_dets_per_image`` detections per image, 100 by default), read from ``evalImgs`` with
+    the Python COCOeval and reassigned on COCOeval's IoU matrices with detectron2's
+    ``COCOeval_opt``, whose matches are not readable from Python."""
+
+    def _derive_coco_results(self, coco_eval, iou_type, class_names=None):
+        results = super()._derive_coco_results(coco_eval, iou_type, class_names=class_names)
+        if iou_type != "bbox":
+            return results
+        if coco_eval is None:
+            self._logger.warning("No predictions: LRP metrics are reported as NaN and no thresholds are saved.")
+            results.update({metric: float("nan") for metric in LRP_METRICS})
+            return results
+        results.update(self._lrp_results(coco_eval, self._category_names(coco_eval, class_names)))
+        return results
+
+    @staticmethod
+    def _category_names(coco_eval: COCOeval, class_names: Optional[List[str]]) -> List[str]:
+        cat_ids = coco_eval.params.catIds
+        if class_names is None:
+            return [coco_eval.cocoGt.cats[cat_id]["name"] for cat_id in cat_ids]
+        if len(class_names) != len(cat_ids):
+            raise ValueError(f"{len(class_names)} class names for {len(cat_ids)} evaluated COCO categories")
+        return list(class_names)
+
+    def _lrp_results(self, coco_eval: COCOeval, class_names: List[str]) -> Dict[str, float]:
+        classes = evaluate_classes(detection_matches(coco_eval, LRP_TAU), LRP_TAU)
+        summary = summarise(classes)
+        summary["AP90"] = ap_at_iou(coco_eval, AP90_IOU)
+        summary = {metric: summary[metric] for metric in LRP_METRICS}
+        self._logger.info("LRP evaluation results for bbox (tau = 0.5): \n" + create_small_table(summary))
+        self._log_undefined(summary, classes, class_names)
+        per_class = per_class_olrp(class_names, classes)
+        if len(per_class) > 1:
+            self._logger.info("Per-category bbox oLRP: \n" + per_class_table(per_class))
+        self._save_thresholds(lrp_optimal_thresholds(class_names, classes))
+        return {**summary, **{f"oLRP-{name}": olrp for name, olrp in per_class}}
+
+    def _log_undefined(self, summary: Dict[str, float], classes: Sequence[ClassResult], class_names: List[str]) -> None:
+        without_gt = [name for name, result in zip(class_names, classes) if result.lrp is None]
+        if without_gt:
+            self._logger.info(
+                f"{len(without_gt)} classes without ground truth are left out of LRP (their detections count "
+                f"nowhere, their threshold is null): {without_gt}"
+            )
+        for metric, value in summary.items():
+            if not np.isfinite(value):
+                self._logger.warning(f"{metric} is undefined and reported as NaN: {UNDEFINED_BECAUSE[metric]}.")
+
+    def _save_thresholds(self, thresholds: Dict[str, Optional[float]]) -> None:
+        if not self._output_dir or not comm.is_main_process():
+            return
+        PathManager.mkdirs(self._output_dir)
+        path = os.path.join(self._output_dir, LRP_THRESHOLDS_FILE)
+        with PathManager.open(path, "w") as f:
+            json.dump(thresholds, f, indent=2)
+        self._logger.info(f"Saved LRP-optimal score thresholds to {path}")

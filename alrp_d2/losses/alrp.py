@@ -1,0 +1,80 @@
+"""aLRP Loss (paper Sec. 4, Eq. 9-13; App. E Alg. 2)."""
+from __future__ import annotations
+
+from typing import NamedTuple, Tuple
+
+import torch
+from torch import Tensor
+
+from .error_driven import (
+    ErrorDrivenRankingLoss,
+    check_hyperparameters,
+    check_ranking_inputs,
+    output_dtype,
+    zero_connected,
+)
+from .ranking import PositiveRanking
+
+__all__ = ["AlrpLossTerms", "alrp_loss", "alrp_loss_terms"]
+
+
+class AlrpLossTerms(NamedTuple):
+    """The two components of aLRP Loss (Eq. 11) and the summed score-gradient magnitudes."""
+
+    loss_cls: Tensor
+    loss_loc: Tensor
+    positive_gradient_magnitude: Tensor
+    negative_gradient_magnitude: Tensor
+
+
+def alrp_loss_terms(
+    logits: Tensor, labels: Tensor, loc_errors: Tensor, delta: float = 1.0, eps: float = 1e-5
+) -> AlrpLossTerms:
+    """aLRP Loss over one ranking of all positives and negatives.
+
+    With ``rank``, ``N_FP`` and the smoothed ``H`` of App. E:
+
+    * ``loss_cls = 1/|P| sum_i N_FP(i) / rank(i)`` (Eq. 11). Backpropagating it gives the
+      logits the error-driven gradient of the whole aLRP Loss: ``l(i)`` of Eq. 10 with target
+      ``l*(i) = E_loc(i) / rank(i)`` (Eq. 12, App. G), so positive ``i`` gets
+      ``-(N_FP(i) + sum_{k != i} E_loc(k) H(x_ik)) / rank(i) / |P|`` (Eq. 13, errata 2) and
+      the negatives share it through ``H(x_ij) / N_FP(i)`` (App. E lines 28-30).
+    * ``loss_loc = 1/|P| sum_i (sum_{k: s_k >= s_i} E_loc(k)) / rank(i)`` with the unit-step
+      cumulative sum of App. E line 14 (tied scores count together) and ``rank`` treated as a
+      constant, so it carries the gradient to ``loc_errors`` only (App. F.1).
+
+    Args:
+        logits: (M,) flattened classification logits.
+        labels: (M,) 1 positive, 0 negative, -1 ignored.
+        loc_errors: (P,) differentiable E_loc of the positives, in the order in which the
+            positives appear in ``logits`` (see :func:`alrp_d2.losses.loc_error`).
+        delta: smoothness of H.
+        eps: positives with N_FP(i) < eps get no score gradient (App. E line 28).
+
+    Without positives both components are zeros connected to their inputs' graphs.
+    """
+    check_hyperparameters(delta, eps)
+    num_positives = check_ranking_inputs(logits, labels, loc_errors)
+    dtype = output_dtype(logits)
+    if num_positives == 0:
+        zero = zero_connected(logits, dtype)
+        return AlrpLossTerms(zero, zero_connected(loc_errors, dtype), zero.detach(), zero.detach())
+    with torch.autocast(device_type=logits.device.type, enabled=False):
+        ranking = PositiveRanking.build(logits, labels == 1, labels == 0, delta)
+        sorted_errors = loc_errors[ranking.positive_order].double()
+        errors = sorted_errors.detach()
+        num_false_positives, rank = ranking.num_false_positives, ranking.rank
+        lrp_errors = (num_false_positives + errors + ranking.positive_relation_sum(errors)) / rank
+        loss_cls, positive_magnitude, negative_magnitude = ErrorDrivenRankingLoss.apply(
+            logits, ranking, lrp_errors, errors / rank, num_false_positives / rank, eps
+        )
+        loss_loc = (ranking.step_cumsum(sorted_errors) / rank).mean()
+    return AlrpLossTerms(loss_cls, loss_loc.to(dtype), positive_magnitude, negative_magnitude)
+
+
+def alrp_loss(
+    logits: Tensor, labels: Tensor, loc_errors: Tensor, delta: float = 1.0, eps: float = 1e-5
+) -> Tuple[Tensor, Tensor]:
+    """aLRP Loss as ``(loss_cls, loss_loc)``; see :func:`alrp_loss_terms`."""
+    terms = alrp_loss_terms(logits, labels, loc_errors, delta, eps)
+    return terms.loss_cls, terms.loss_loc

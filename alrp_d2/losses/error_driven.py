@@ -1,0 +1,148 @@
+"""The generalised error-driven update for ranking-based losses (paper Sec. 3, Alg. 1)."""
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Optional, Tuple
+
+import torch
+from torch import Tensor
+from torch.autograd.function import FunctionCtx
+
+from .ranking import PositiveRanking
+
+__all__ = [
+    "ErrorDrivenRankingLoss",
+    "RankingLossOutput",
+    "NonFiniteInputError",
+    "output_dtype",
+    "check_hyperparameters",
+    "check_ranking_inputs",
+    "zero_connected",
+]
+
+
+class NonFiniteInputError(FloatingPointError):
+    """A ranking loss received a NaN or infinite logit or localisation error."""
+
+
+class RankingLossOutput(NamedTuple):
+    """A ranking loss and the summed magnitudes of its score gradients (Theorem 2 says the
+    two sums are equal; their ratio is what paper Fig. 3 plots)."""
+
+    loss: Tensor
+    positive_gradient_magnitude: Tensor
+    negative_gradient_magnitude: Tensor
+
+
+def output_dtype(logits: Tensor) -> torch.dtype:
+    """float64 stays float64; every other input is reported in float32."""
+    return torch.float64 if logits.dtype == torch.float64 else torch.float32
+
+
+def check_hyperparameters(delta: float, eps: float) -> None:
+    """delta is the smoothness of H (App. E, Eq. 14); eps the N_FP threshold of line 28."""
+    if not delta > 0:
+        raise ValueError(f"delta must be > 0, got {delta}")
+    if not eps > 0:
+        raise ValueError(f"eps must be > 0, got {eps}")
+
+
+def zero_connected(tensor: Tensor, dtype: torch.dtype) -> Tensor:
+    """A zero scalar that is still connected to ``tensor``'s graph (zero gradients)."""
+    return (tensor.sum() * 0.0).to(dtype)
+
+
+def check_ranking_inputs(logits: Tensor, labels: Tensor, extra: Optional[Tensor] = None) -> int:
+    """Validates a flattened ranking problem with one host synchronisation.
+
+    Args:
+        logits: (M,) scores.
+        labels: (M,) 1 for positives, 0 for negatives, -1 for ignored entries.
+        extra: optional per-positive values (e.g. localisation errors) that must be finite
+            and have one entry per positive.
+
+    Returns:
+        The number of positives.
+    """
+    if logits.dim() != 1 or labels.shape != logits.shape:
+        raise ValueError(
+            f"logits and labels must be 1-D tensors of the same length, got {tuple(logits.shape)} "
+            f"and {tuple(labels.shape)}"
+        )
+    if not logits.is_floating_point():
+        raise TypeError(f"logits must be a floating-point tensor, got {logits.dtype}")
+    checks = [
+        (labels == 1).sum(),
+        (~torch.isfinite(logits)).sum(),
+        ((labels != 1) & (labels != 0) & (labels != -1)).sum(),
+    ]
+    if extra is not None:
+        checks.append((~torch.isfinite(extra)).sum())
+    num_positives, non_finite, bad_labels, *bad_extra = torch.stack(checks).tolist()
+    if bad_labels:
+        raise ValueError(f"labels must be 1 (positive), 0 (negative) or -1 (ignored); {bad_labels} entries are not")
+    if non_finite:
+        raise NonFiniteInputError(f"ranking loss received {non_finite} non-finite logits (NaN or inf)")
+    if extra is not None:
+        if extra.shape != (num_positives,):
+            raise ValueError(
+                f"expected one localisation error per positive ({num_positives}), got shape {tuple(extra.shape)}"
+            )
+        if bad_extra[0]:
+            raise NonFiniteInputError(f"ranking loss received {bad_extra[0]} non-finite localisation errors")
+    return num_positives
+
+
+class ErrorDrivenRankingLoss(torch.autograd.Function):
+    """A ranking-based loss ``L = 1/Z sum_{i in P} l(i)`` with ``Z = |P|`` and the gradient of
+    paper Alg. 1 for the uniform ``p(j|i) = H(x_ij) / N_FP(i)``:
+
+        dL/ds_i = -(l(i) - l*(i)) / Z                       for a positive i   (line 4)
+        dL/ds_j = sum_i (l(i) - l*(i)) H(x_ij) / N_FP(i) / Z for a negative j   (line 4)
+
+    As in App. E line 28, a positive with N_FP(i) < eps neither receives nor distributes a
+    gradient. The returned value is ``1/Z sum_i loss_terms(i)``; ``loss_terms`` defaults to
+    ``errors`` and lets a loss report one component of itself (aLRP's classification part,
+    Eq. 11) while carrying the score gradient of the whole (App. F.3).
+
+    Call as ``ErrorDrivenRankingLoss.apply(logits, ranking, errors, targets, loss_terms, eps)``
+    with per-positive tensors in the ranking's sorted order. Returns
+    ``(loss, positive_gradient_magnitude, negative_gradient_magnitude)``; only ``loss`` is
+    differentiable, with respect to ``logits``.
+    """
+
+    @staticmethod
+    def forward(
+        ctx: FunctionCtx,
+        logits: Tensor,
+        ranking: PositiveRanking,
+        errors: Tensor,
+        targets: Tensor,
+        loss_terms: Optional[Tensor],
+        eps: float,
+    ) -> Tuple[Tensor, Tensor, Tensor]:
+        normaliser = ranking.num_positives
+        update = errors - targets  # -(Delta x_ij) / p(j|i), line 3
+        active = ranking.num_false_positives >= eps
+        positive_grad = torch.where(active, -update, 0.0) / normaliser
+        distributed = torch.where(active, update / ranking.num_false_positives.clamp_min(eps), 0.0)
+        negative_grad = ranking.negative_relation_sum(distributed) / normaliser
+
+        dtype = output_dtype(logits)
+        ctx.save_for_backward(
+            ranking.positive_index, positive_grad.to(dtype), ranking.negative_index, negative_grad.to(dtype)
+        )
+        ctx.num_logits = logits.numel()
+        terms = errors if loss_terms is None else loss_terms
+        loss = (terms.sum() / normaliser).to(dtype)
+        positive_magnitude = positive_grad.abs().sum().to(dtype)
+        negative_magnitude = negative_grad.abs().sum().to(dtype)
+        ctx.mark_non_differentiable(positive_magnitude, negative_magnitude)
+        return loss, positive_magnitude, negative_magnitude
+
+    @staticmethod
+    def backward(ctx: Any, grad_loss: Tensor, *unused: Tensor) -> Tuple[Optional[Tensor], ...]:
+        positive_index, positive_grad, negative_index, negative_grad = ctx.saved_tensors
+        grad = positive_grad.new_zeros(ctx.num_logits)
+        grad[positive_index] = positive_grad
+        grad[negative_index] = negative_grad
+        return grad * grad_loss, None, None, None, None, None

@@ -1,0 +1,81 @@
+"""The RPN of aLRP Faster R-CNN: detectron2's RPN trained with aLRP Loss, without sampling
+(paper Sec. 5.4, App. G.4)."""
+from __future__ import annotations
+
+from typing import Dict, List
+
+import torch
+from torch import Tensor
+
+from detectron2.config import CfgNode, configurable
+from detectron2.layers import ShapeSpec, cat, nonzero_tuple
+from detectron2.modeling import PROPOSAL_GENERATOR_REGISTRY
+from detectron2.modeling.proposal_generator import RPN
+from detectron2.structures import Boxes
+from detectron2.utils.events import get_event_storage
+
+from ..config import validate_alrp_config
+from ..losses import loc_error
+from .ranking_loss import DetectionRankingLoss, build_ranking_loss
+
+__all__ = ["AlrpRPN"]
+
+
+@PROPOSAL_GENERATOR_REGISTRY.register()
+class AlrpRPN(RPN):
+    """detectron2's RPN (head, anchors, matcher, proposals) whose loss is one aLRP Loss
+    ranking over the objectness logits of every labelled anchor of every image of the batch:
+    no sampling (App. G.4). E_loc is computed on the decoded boxes of the positives with
+    tau = MODEL.ALRP.RPN_TAU, the RPN's positive threshold; both components are weighted by
+    MODEL.ALRP.RPN_WEIGHT (Sec. 5.4). Losses: ``loss_rpn_<cls_loss>_cls`` and ``_loc``.
+    """
+
+    @configurable
+    def __init__(self, *, ranking_loss: DetectionRankingLoss, loc_error_kind: str, tau: float, **kwargs):
+        """
+        Args:
+            ranking_loss: the RPN's aLRP (or AP) loss, its localisation weight and RPN_WEIGHT.
+            loc_error_kind: "giou" or "iou" (see :func:`alrp_d2.losses.loc_error`).
+            tau: positive-labelling IoU threshold that normalises E_loc.
+            kwargs: :class:`detectron2.modeling.RPN` arguments (its sampling and loss ones unused).
+        """
+        super().__init__(**kwargs)
+        self.ranking_loss = ranking_loss
+        self.loc_error_kind = loc_error_kind
+        self.tau = tau
+
+    @classmethod
+    def from_config(cls, cfg: CfgNode, input_shape: Dict[str, ShapeSpec]) -> Dict:
+        validate_alrp_config(cfg)
+        alrp = cfg.MODEL.ALRP
+        ret = super().from_config(cfg, input_shape)
+        ret["ranking_loss"] = build_ranking_loss(cfg, "rpn", alrp.RPN_DELTA, alrp.RPN_WEIGHT)
+        ret["loc_error_kind"] = alrp.LOC_ERROR
+        ret["tau"] = alrp.RPN_TAU
+        return ret
+
+    def _subsample_labels(self, label: Tensor) -> Tensor:
+        """No sampling: every labelled anchor takes part in the ranking (App. G.4)."""
+        return label
+
+    def losses(
+        self,
+        anchors: List[Boxes],
+        pred_objectness_logits: List[Tensor],
+        gt_labels: List[Tensor],
+        pred_anchor_deltas: List[Tensor],
+        gt_boxes: List[Tensor],
+    ) -> Dict[str, Tensor]:
+        """aLRP Loss of the batch over the anchors labelled 1 (positive) or 0 (negative)."""
+        gt_labels = torch.stack(gt_labels)  # (N, R) in {-1, 0, 1}
+        image_index, anchor_index = nonzero_tuple(gt_labels == 1)
+        get_event_storage().put_scalar("rpn/num_pos_anchors", len(anchor_index) / len(gt_labels))
+
+        anchors = Boxes.cat(anchors).tensor
+        pred_boxes = self.box2box_transform.apply_deltas(
+            cat(pred_anchor_deltas, dim=1)[image_index, anchor_index], anchors[anchor_index]
+        )
+        loc_errors = loc_error(
+            pred_boxes, torch.stack(gt_boxes)[image_index, anchor_index], self.loc_error_kind, self.tau
+        )
+        return self.ranking_loss(cat(pred_objectness_logits, dim=1).flatten(), gt_labels.flatten(), loc_errors)

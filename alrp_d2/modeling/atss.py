@@ -1,0 +1,82 @@
+"""Adaptive Training Sample Selection (Zhang et al., "Bridging the Gap Between Anchor-based and
+Anchor-free Detection via Adaptive Training Sample Selection", CVPR 2020, Alg. 1)."""
+from __future__ import annotations
+
+from itertools import accumulate
+from typing import List, Tuple
+
+import torch
+from torch import Tensor
+
+from detectron2.structures import Boxes, pairwise_iou
+
+__all__ = ["AtssMatcher"]
+
+
+class AtssMatcher:
+    """Labels anchors positive for a ground truth when they are among the ``topk`` anchors
+    closest to its centre on some pyramid level, their IoU is at least the mean + std of the
+    IoUs of those candidates, and their centre lies inside the ground truth. An anchor
+    positive for several ground truths takes the one with the highest IoU. There is no
+    ignored label: every other anchor is negative.
+    """
+
+    #: minimum distance of an anchor centre to the GT border to count as inside (as in ATSS).
+    INSIDE_MARGIN = 0.01
+
+    def __init__(self, topk: int = 9):
+        if topk < 1:
+            raise ValueError(f"ATSS topk must be >= 1, got {topk}")
+        self.topk = topk
+
+    def __call__(self, gt_boxes: Boxes, anchors: List[Boxes]) -> Tuple[Tensor, Tensor]:
+        """
+        Args:
+            gt_boxes: G ground-truth boxes of one image.
+            anchors: the anchors of each pyramid level (R anchors in total).
+
+        Returns:
+            matched_idxs: (R,) int64 index of the matched ground truth (0 for negatives).
+            labels: (R,) int8, 1 for positives and 0 for negatives (as detectron2's Matcher).
+        """
+        all_anchors = Boxes.cat(anchors)
+        num_anchors = len(all_anchors)
+        device = all_anchors.device
+        if len(gt_boxes) == 0:
+            return (
+                torch.zeros(num_anchors, dtype=torch.int64, device=device),
+                torch.zeros(num_anchors, dtype=torch.int8, device=device),
+            )
+        ious = pairwise_iou(gt_boxes, all_anchors)  # G x R
+        anchor_centers = all_anchors.get_centers()
+        distances = torch.cdist(gt_boxes.get_centers(), anchor_centers)  # G x R
+        candidates = self._closest_per_level(distances, [len(level) for level in anchors])  # G x C
+
+        candidate_ious = ious.gather(1, candidates)
+        correction = 1 if candidates.shape[1] > 1 else 0
+        threshold = candidate_ious.mean(1) + candidate_ious.std(1, correction=correction)
+        positive = (candidate_ious >= threshold[:, None]) & self._centers_inside(
+            anchor_centers[candidates], gt_boxes.tensor
+        )
+
+        positive_ious = torch.full_like(ious, -1.0)
+        positive_ious.scatter_(1, candidates, torch.where(positive, candidate_ious, -1.0))
+        best_iou, matched_idxs = positive_ious.max(dim=0)
+        return matched_idxs, (best_iou > -1.0).to(torch.int8)
+
+    def _closest_per_level(self, distances: Tensor, level_sizes: List[int]) -> Tensor:
+        """Indices of the ``topk`` anchors nearest to each GT centre on every level."""
+        candidates = []
+        offsets = [0, *accumulate(level_sizes)]
+        for level_distances, offset in zip(torch.split(distances, level_sizes, dim=1), offsets):
+            k = min(self.topk, level_distances.shape[1])
+            candidates.append(level_distances.topk(k, dim=1, largest=False).indices + offset)
+        return torch.cat(candidates, dim=1)
+
+    def _centers_inside(self, centers: Tensor, gt_boxes: Tensor) -> Tensor:
+        """(G, C, 2) candidate centres strictly inside their (G, 4) ground truth."""
+        x, y = centers.unbind(-1)
+        x1, y1, x2, y2 = (coord[:, None] for coord in gt_boxes.unbind(-1))
+        margins = torch.stack([x - x1, y - y1, x2 - x, y2 - y], dim=-1)
+        return margins.min(dim=-1).values > self.INSIDE_MARGIN
+

@@ -1,0 +1,163 @@
+"""The ranking-based loss of one detection head over the whole per-device batch."""
+from __future__ import annotations
+
+import logging
+from typing import Dict, List
+
+import torch
+from torch import Tensor, nn
+
+from detectron2.config import CfgNode
+from detectron2.utils.events import get_event_storage
+
+from ..losses import NonFiniteInputError, alrp_loss_terms, ap_loss_terms
+
+__all__ = [
+    "LocalisationWeight",
+    "DetectionRankingLoss",
+    "build_ranking_loss",
+    "class_ranking_labels",
+    "find_localisation_weights",
+]
+
+logger = logging.getLogger(__name__)
+
+
+class LocalisationWeight:
+    """The weight w_r of a head's localisation component.
+
+    Constant (``self_balanced=False``, paper Table 3) or maintained by
+    :class:`alrp_d2.engine.SelfBalanceHook` as mean(L) / mean(L_loc) of the previous period
+    (Sec. 4.2, App. F.3). Weighting the loss value of ``L_loc`` only scales the gradient with
+    respect to the boxes, because ``L_loc`` carries no score gradient (App. F.3).
+    """
+
+    def __init__(self, name: str, value: float, self_balanced: bool):
+        self.name = name
+        self.value = float(value)
+        self.self_balanced = self_balanced
+
+    def __repr__(self) -> str:
+        kind = "self-balanced" if self.self_balanced else "constant"
+        return f"LocalisationWeight({self.name!r}, {self.value:.4g}, {kind})"
+
+
+def find_localisation_weights(model: nn.Module) -> Dict[str, LocalisationWeight]:
+    """All localisation weights of a model's heads, by name (a DDP wrapper is looked through)."""
+    weights: Dict[str, LocalisationWeight] = {}
+    for module in model.modules():
+        loss = getattr(module, "ranking_loss", None)
+        if isinstance(loss, DetectionRankingLoss):
+            if loss.name in weights and weights[loss.name] is not loss.loc_weight:
+                raise ValueError(f"two heads share the ranking-loss name {loss.name!r}")
+            weights[loss.name] = loss.loc_weight
+    return weights
+
+
+class DetectionRankingLoss:
+    """aLRP Loss (or AP Loss with a localisation loss) of one head: all (example, class)
+    pairs of the batch in one ranking, as the paper trains (Sec. 5, App. E).
+
+    Returns ``loss_<name>_cls`` and ``loss_<name>_loc``, the latter multiplied by the
+    localisation weight; both multiplied by ``loss_weight`` (the RPN's 0.2, App. G.4). Every
+    iteration it writes the unweighted components to EventStorage under ``sb/<name>/cls`` and
+    ``sb/<name>/loc`` (read by the self-balance hook) and the ratio of the summed negative to
+    positive score-gradient magnitudes under ``<name>/grad_ratio`` (paper Fig. 3), with one
+    host synchronisation.
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        cls_loss: str,
+        delta: float,
+        loc_weight: LocalisationWeight,
+        loss_weight: float = 1.0,
+        eps: float = 1e-5,
+    ):
+        if cls_loss not in ("alrp", "ap"):
+            raise ValueError(f"cls_loss must be 'alrp' or 'ap', got {cls_loss!r}")
+        self.name = name
+        self.cls_loss = cls_loss
+        self.delta = delta
+        self.loc_weight = loc_weight
+        self.loss_weight = loss_weight
+        self.eps = eps
+
+    @property
+    def loss_names(self) -> List[str]:
+        return [f"loss_{self.name}_cls", f"loss_{self.name}_loc"]
+
+    def __call__(self, logits: Tensor, labels: Tensor, loc_errors: Tensor) -> Dict[str, Tensor]:
+        """
+        Args:
+            logits: (M,) flattened logits of every (example, class) pair of the batch.
+            labels: (M,) 1 positive, 0 negative, -1 ignored.
+            loc_errors: (P,) E_loc of the positives in the order in which they appear in ``logits``.
+        """
+        try:
+            loss_cls, loss_loc, grad_positive, grad_negative = self._components(logits, labels, loc_errors)
+        except NonFiniteInputError as error:
+            # Hand detectron2's trainer a non-finite loss: it stops with its FloatingPointError.
+            logger.error("%s: %s", self.name, error)
+            nan = logits.sum() * float("nan")
+            return dict(zip(self.loss_names, (nan, nan)))
+        self._record(loss_cls, loss_loc, grad_positive, grad_negative)
+        return {
+            self.loss_names[0]: self.loss_weight * loss_cls,
+            self.loss_names[1]: (self.loss_weight * self.loc_weight.value) * loss_loc,
+        }
+
+    def _components(self, logits: Tensor, labels: Tensor, loc_errors: Tensor):
+        if self.cls_loss == "alrp":
+            return alrp_loss_terms(logits, labels, loc_errors, self.delta, self.eps)
+        ranking = ap_loss_terms(logits, labels, self.delta, self.eps)
+        num_positives = loc_errors.numel()
+        loss_loc = loc_errors.sum() / num_positives if num_positives else loc_errors.sum() * 0.0
+        return ranking.loss, loss_loc, ranking.positive_gradient_magnitude, ranking.negative_gradient_magnitude
+
+    def _record(self, loss_cls: Tensor, loss_loc: Tensor, grad_positive: Tensor, grad_negative: Tensor) -> None:
+        values = torch.stack([loss_cls.detach(), loss_loc.detach().to(loss_cls.dtype), grad_positive, grad_negative])
+        cls_value, loc_value, positive, negative = values.tolist()
+        scalars = {f"sb/{self.name}/cls": cls_value, f"sb/{self.name}/loc": loc_value}
+        if positive > 0:
+            scalars[f"{self.name}/grad_ratio"] = negative / positive
+        get_event_storage().put_scalars(**scalars)
+
+
+def class_ranking_labels(gt_labels: Tensor, num_classes: int) -> Tensor:
+    """Ranking labels of every (example, class) pair from detectron2's per-example labels.
+
+    Args:
+        gt_labels: (..., R) class in [0, K) for positives, K for background, -1 for ignored.
+        num_classes: K.
+
+    Returns:
+        (..., R, K) int8: 1 for (positive, its class), 0 for the other pairs of labelled
+        examples, -1 for every pair of an ignored example. Built without host synchronisation.
+    """
+    positive = (gt_labels >= 0) & (gt_labels < num_classes)
+    labels = torch.zeros(*gt_labels.shape, num_classes, dtype=torch.int8, device=gt_labels.device)
+    labels.scatter_(-1, gt_labels.clamp(0, num_classes - 1).unsqueeze(-1), positive.unsqueeze(-1).to(torch.int8))
+    return labels.masked_fill_((gt_labels < 0).unsqueeze(-1), -1)
+
+
+def build_ranking_loss(cfg: CfgNode, head: str, delta: float, loss_weight: float = 1.0) -> DetectionRankingLoss:
+    """The ranking loss of one head with its own localisation weight, self-balanced from
+    MODEL.ALRP.SB_INIT_WEIGHT (Sec. 4.2) or the constant MODEL.ALRP.LOC_WEIGHT (Table 3).
+
+    Its name is MODEL.ALRP.CLS_LOSS prefixed by ``head`` when given: "alrp" for RetinaNet,
+    "rpn_alrp" and "box_alrp" for Faster R-CNN.
+    """
+    alrp = cfg.MODEL.ALRP
+    name = f"{head}_{alrp.CLS_LOSS}" if head else alrp.CLS_LOSS
+    return DetectionRankingLoss(
+        name=name,
+        cls_loss=alrp.CLS_LOSS,
+        delta=delta,
+        loc_weight=LocalisationWeight(
+            name, alrp.SB_INIT_WEIGHT if alrp.SB_ENABLED else alrp.LOC_WEIGHT, self_balanced=alrp.SB_ENABLED
+        ),
+        loss_weight=loss_weight,
+    )

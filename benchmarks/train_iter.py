@@ -1,0 +1,144 @@
+"""Seconds per training iteration: aLRP models next to their detectron2 baselines, in one run.
+
+Each pair shares the backbone, anchors and the exact same input batches; only the loss (and,
+for Faster R-CNN, sampling) differs:
+
+* aLRP RetinaNet (``configs/alrp_R50_500.yaml``) vs detectron2's focal-loss ``RetinaNet``;
+* aLRP Faster R-CNN (``configs/alrp_faster_rcnn_R50_FPN_500.yaml``) vs detectron2's Faster R-CNN
+  (``RPN`` + ``StandardROIHeads``: cross-entropy + L1 with sampling).
+
+An iteration is forward, backward and an SGD step on a batch already in memory (no data
+loading). The two models of a pair alternate iteration by iteration so that both see the same
+machine load; the median over the timed iterations is reported. Models start from random
+initialisation, where nearly every negative is within delta of the positives: the most
+expensive case for the ranking losses.
+
+    python benchmarks/train_iter.py                                  # CPU: batch 2 at 512 px
+    python benchmarks/train_iter.py --device cuda --batch 32 --iters 20
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from typing import Callable, Dict, List, Tuple
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from detectron2.config import CfgNode, get_cfg  # noqa: E402
+from detectron2.modeling import build_model  # noqa: E402
+from detectron2.structures import Boxes, Instances  # noqa: E402
+from detectron2.utils.events import EventStorage  # noqa: E402
+
+from alrp_d2 import add_alrp_config  # noqa: E402
+
+def to_focal_retinanet(cfg: CfgNode) -> None:
+    cfg.MODEL.META_ARCHITECTURE = "RetinaNet"
+
+
+def to_standard_faster_rcnn(cfg: CfgNode) -> None:
+    cfg.MODEL.PROPOSAL_GENERATOR.NAME = "RPN"
+    cfg.MODEL.ROI_HEADS.NAME = "StandardROIHeads"
+
+
+PAIRS: Dict[str, Tuple[str, Callable[[CfgNode], None]]] = {
+    "retinanet": ("alrp_R50_500.yaml", to_focal_retinanet),
+    "faster_rcnn": ("alrp_faster_rcnn_R50_FPN_500.yaml", to_standard_faster_rcnn),
+}
+
+
+def load_config(name: str, device: str, depth: int) -> CfgNode:
+    cfg = get_cfg()
+    add_alrp_config(cfg)
+    cfg.merge_from_file(os.path.join(ROOT, "configs", name))
+    cfg.MODEL.WEIGHTS = ""
+    cfg.MODEL.DEVICE = device
+    cfg.MODEL.RESNETS.DEPTH = depth
+    if depth < 50:
+        cfg.MODEL.RESNETS.RES2_OUT_CHANNELS = 64
+    return cfg
+
+
+def make_batches(count: int, batch: int, size: int, num_classes: int, objects: int, device: str) -> List[List[Dict]]:
+    gen = torch.Generator().manual_seed(0)
+    batches = []
+    for _ in range(count):
+        images = []
+        for _ in range(batch):
+            xy = torch.rand(objects, 2, generator=gen) * size * 0.7
+            wh = torch.rand(objects, 2, generator=gen) * size * 0.3 + 16
+            instances = Instances((size, size))
+            instances.gt_boxes = Boxes(torch.cat([xy, (xy + wh).clamp(max=size)], 1))
+            instances.gt_classes = torch.randint(0, num_classes, (objects,), generator=gen)
+            image = (torch.rand(3, size, size, generator=gen) * 255).to(device)
+            images.append({"image": image, "instances": instances})
+        batches.append(images)
+    return batches
+
+
+def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: List[Dict], device: str) -> float:
+    if device == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    losses = model(batch)
+    optimizer.zero_grad()
+    sum(losses.values()).backward()
+    optimizer.step()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
+def benchmark_pair(name: str, args: argparse.Namespace) -> Tuple[float, float]:
+    config, to_baseline = PAIRS[name]
+    alrp_cfg = load_config(config, args.device, args.depth)
+    baseline_cfg = alrp_cfg.clone()
+    to_baseline(baseline_cfg)
+    torch.manual_seed(0)
+    models = [build_model(alrp_cfg).train(), build_model(baseline_cfg).train()]
+    optimizers = [torch.optim.SGD(m.parameters(), lr=1e-4, momentum=0.9) for m in models]
+    batches = make_batches(
+        args.warmup + args.iters, args.batch, args.size, alrp_cfg.MODEL.RETINANET.NUM_CLASSES, args.objects, args.device
+    )
+    times: List[List[float]] = [[], []]
+    with EventStorage():
+        for step, batch in enumerate(batches):
+            for index, (model, optimizer) in enumerate(zip(models, optimizers)):
+                elapsed = train_step(model, optimizer, batch, args.device)
+                if step >= args.warmup:
+                    times[index].append(elapsed)
+    return statistics.median(times[0]), statistics.median(times[1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--pairs", nargs="+", default=list(PAIRS), choices=list(PAIRS))
+    parser.add_argument("--batch", type=int, default=2, help="images per iteration")
+    parser.add_argument("--size", type=int, default=512, help="square input size (SSD training size)")
+    parser.add_argument("--objects", type=int, default=7, help="ground-truth boxes per image")
+    parser.add_argument("--depth", type=int, default=50, help="ResNet depth of the shared backbone")
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--iters", type=int, default=8)
+    args = parser.parse_args()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda needs a CUDA device")
+
+    print(
+        f"device {args.device}, torch {torch.__version__}, threads {torch.get_num_threads()}, "
+        f"R{args.depth}-FPN, batch {args.batch} x {args.size}^2, {args.objects} objects/image, "
+        f"median of {args.iters} iterations after {args.warmup} warm-up"
+    )
+    print(f"{'model':<12} | {'aLRP (s/it)':>11} | {'baseline (s/it)':>15} | {'ratio':>6}")
+    for name in args.pairs:
+        alrp_time, baseline_time = benchmark_pair(name, args)
+        print(f"{name:<12} | {alrp_time:>11.3f} | {baseline_time:>15.3f} | {alrp_time / baseline_time:>5.2f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,91 @@
+"""Straightforward transcriptions of App. E Algorithm 2 (a Python loop over positives).
+
+They are the reference the fast losses are tested and benchmarked against. Everything is
+computed in float64. Where the paper contradicts itself the errata are followed: the
+positive gradient uses the individual errors E_loc(k) weighted by the smoothed step
+(errata 2), and R_- comes from X_- (errata 3). The step-function cumulative sum of line 14
+counts tied positives together (H(x) = 1 for x >= 0, Sec. 2.1), which makes it independent
+of how a sort orders ties.
+"""
+from __future__ import annotations
+
+from typing import Tuple
+
+import torch
+from torch import Tensor
+
+
+def smooth_step(x: Tensor, delta: float) -> Tensor:
+    """Eq. (14) of App. E."""
+    return torch.clamp(x / (2 * delta) + 0.5, min=0, max=1)
+
+
+def alrp_loss_loop(
+    logits: Tensor, labels: Tensor, loc_errors: Tensor, delta: float = 1.0, eps: float = 1e-5
+) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Returns ``(loss_cls, loss_loc, d loss_cls / d logits, d loss_loc / d loc_errors)``."""
+    scores = logits.detach().double()
+    errors = loc_errors.detach().double()
+    fg_mask = labels == 1
+    fg = scores[fg_mask]
+    num_fg = fg.numel()
+    threshold = fg.min() - delta  # line 8
+    bg_mask = (labels == 0) & (scores >= threshold)  # line 9
+    bg = scores[bg_mask]
+
+    fg_grad = fg.new_zeros(num_fg)
+    bg_grad = bg.new_zeros(bg.numel())
+    rank = fg.new_zeros(num_fg)
+    cls_error = fg.new_zeros(num_fg)
+    cumsum_error = fg.new_zeros(num_fg)
+    for i in range(num_fg):
+        fg_relations = smooth_step(fg - fg[i], delta)  # lines 18-19
+        fg_relations[i] = 0  # line 20
+        bg_relations = smooth_step(bg - fg[i], delta)  # lines 21-22
+        rank_pos = 1 + fg_relations.sum()  # line 23
+        num_fp = bg_relations.sum()  # line 24
+        rank[i] = rank_pos + num_fp  # line 25
+        cls_error[i] = num_fp / rank[i]  # line 26
+        cumsum_error[i] = errors[fg >= fg[i]].sum()  # line 14 with the unit step
+        if num_fp >= eps:  # line 28
+            fg_grad[i] = -(num_fp + (fg_relations * errors).sum()) / rank[i]  # line 29
+            bg_grad += -fg_grad[i] * bg_relations / num_fp  # line 30
+
+    logits_grad = torch.zeros_like(scores)
+    logits_grad[fg_mask] = fg_grad / num_fg  # lines 37-38
+    logits_grad[bg_mask] = bg_grad / num_fg
+    loss_cls = cls_error.mean()  # line 34
+    loss_loc = (cumsum_error / rank).mean()  # line 35
+
+    # d loss_loc / d E_loc(k) = 1/|P| sum_{i: s_k >= s_i} 1 / rank(i) (rank is a constant).
+    errors_grad = torch.stack([(1.0 / rank[fg <= fg[k]]).sum() for k in range(num_fg)]) / num_fg
+    return loss_cls, loss_loc, logits_grad, errors_grad
+
+
+def ap_loss_loop(logits: Tensor, labels: Tensor, delta: float = 1.0, eps: float = 1e-5) -> Tuple[Tensor, Tensor]:
+    """Non-interpolated AP Loss with l*(i) = 0: returns ``(loss, d loss / d logits)``."""
+    scores = logits.detach().double()
+    fg_mask = labels == 1
+    fg = scores[fg_mask]
+    num_fg = fg.numel()
+    bg_mask = (labels == 0) & (scores >= fg.min() - delta)
+    bg = scores[bg_mask]
+
+    fg_grad = fg.new_zeros(num_fg)
+    bg_grad = bg.new_zeros(bg.numel())
+    errors = fg.new_zeros(num_fg)
+    for i in range(num_fg):
+        fg_relations = smooth_step(fg - fg[i], delta)
+        fg_relations[i] = 0
+        bg_relations = smooth_step(bg - fg[i], delta)
+        num_fp = bg_relations.sum()
+        rank = 1 + fg_relations.sum() + num_fp
+        errors[i] = num_fp / rank
+        if num_fp >= eps:
+            fg_grad[i] = -errors[i]
+            bg_grad += errors[i] * bg_relations / num_fp
+
+    logits_grad = torch.zeros_like(scores)
+    logits_grad[fg_mask] = fg_grad / num_fg
+    logits_grad[bg_mask] = bg_grad / num_fg
+    return errors.mean(), logits_grad

@@ -1,0 +1,225 @@
+"""aLRP Faster R-CNN (paper Sec. 5.4, App. G.4): training steps without sampling, the RPN
+weight, two independent self-balance weights, zero-positive batches, inference."""
+import pytest
+import torch
+
+from conftest import DETECTRON2_SKIP_REASON
+
+pytest.importorskip("detectron2", reason=DETECTRON2_SKIP_REASON)
+
+from detectron2.modeling import build_model  # noqa: E402
+from detectron2.modeling.matcher import Matcher  # noqa: E402
+from detectron2.structures import Boxes, Instances, pairwise_iou  # noqa: E402
+from detectron2.utils.events import EventStorage  # noqa: E402
+
+from alrp_d2.modeling import (  # noqa: E402
+    AlrpFastRCNNOutputLayers,
+    AlrpROIHeads,
+    AlrpRPN,
+    DetectionRankingLoss,
+    find_localisation_weights,
+)
+from tiny_configs import load_config, tiny_faster_rcnn_cfg  # noqa: E402
+
+NUM_CLASSES = 3
+LOSS_NAMES = {"loss_rpn_alrp_cls", "loss_rpn_alrp_loc", "loss_box_alrp_cls", "loss_box_alrp_loc"}
+
+
+def instances(boxes, classes, size=(96, 128)):
+    result = Instances(size)
+    result.gt_boxes = Boxes(torch.tensor(boxes, dtype=torch.float32).reshape(-1, 4))
+    result.gt_classes = torch.tensor(classes, dtype=torch.int64)
+    return result
+
+
+def batch(with_objects=True):
+    gen = torch.Generator().manual_seed(0)
+    objects = instances([[10, 10, 50, 60], [60, 20, 120, 90]], [0, 2]) if with_objects else instances([], [])
+    return [
+        {"image": torch.rand(3, 96, 128, generator=gen) * 255, "instances": objects},
+        {"image": torch.rand(3, 96, 128, generator=gen) * 255, "instances": instances([], [])},
+    ]
+
+
+def training_model(**alrp):
+    torch.manual_seed(0)
+    model = build_model(tiny_faster_rcnn_cfg(**alrp))
+    model.train()
+    return model
+
+
+def train_losses(model, data=None):
+    with EventStorage() as storage:
+        losses = model(data or batch())
+    return losses, {name: value for name, (value, _) in storage.latest().items()}
+
+
+@pytest.mark.parametrize("cls_loss,loc_error", [("alrp", "giou"), ("alrp", "iou"), ("ap", "giou")])
+def test_training_step(cls_loss, loc_error):
+    model = training_model(CLS_LOSS=cls_loss, LOC_ERROR=loc_error)
+    assert isinstance(model.proposal_generator, AlrpRPN) and isinstance(model.roi_heads, AlrpROIHeads)
+    losses, _ = train_losses(model)
+    sum(losses.values()).backward()
+    assert set(losses) == {name.replace("alrp", cls_loss) for name in LOSS_NAMES}
+    assert all(torch.isfinite(v) and v > 0 for v in losses.values())
+    rpn_head, predictor = model.proposal_generator.rpn_head, model.roi_heads.box_predictor
+    for layer in (rpn_head.objectness_logits, rpn_head.anchor_deltas, predictor.cls_score, predictor.bbox_pred):
+        assert layer.weight.grad.abs().sum() > 0
+
+
+def test_box_predictor_has_one_sigmoid_logit_per_class_and_class_specific_boxes():
+    predictor = training_model().roi_heads.box_predictor
+    assert isinstance(predictor, AlrpFastRCNNOutputLayers)
+    assert predictor.cls_score.out_features == NUM_CLASSES
+    assert predictor.bbox_pred.out_features == 4 * NUM_CLASSES
+
+
+@pytest.fixture
+def ranking_inputs(monkeypatch):
+    """Records the (logits, labels, loc_errors) that each head hands to its ranking loss."""
+    calls = {}
+    original = DetectionRankingLoss.__call__
+
+    def spy(self, logits, labels, loc_errors):
+        calls[self.name] = (logits.detach(), labels, loc_errors.detach())
+        return original(self, logits, labels, loc_errors)
+
+    monkeypatch.setattr(DetectionRankingLoss, "__call__", spy)
+    return calls
+
+
+def test_rpn_ranks_every_labelled_anchor_of_every_image(ranking_inputs):
+    cfg = tiny_faster_rcnn_cfg()
+    cfg.MODEL.RPN.BATCH_SIZE_PER_IMAGE = 8  # detectron2 would sample 8 anchors per image
+    torch.manual_seed(0)
+    model = build_model(cfg)
+    model.train()
+    data = batch()
+    train_losses(model, data)
+
+    rpn = model.proposal_generator
+    features = model.backbone(model.preprocess_image(data).tensor)
+    anchors = Boxes.cat(rpn.anchor_generator([features[f] for f in rpn.in_features]))
+    matcher = Matcher([0.3, 0.7], [0, -1, 1], allow_low_quality_matches=True)
+    anchor_labels = torch.stack([matcher(pairwise_iou(x["instances"].gt_boxes, anchors))[1] for x in data])
+
+    logits, labels, loc_errors = ranking_inputs["rpn_alrp"]
+    assert logits.numel() == len(data) * len(anchors)
+    assert torch.equal(labels, anchor_labels.flatten().to(labels.dtype))
+    assert (labels >= 0).sum() > 2 * 8 and (labels == 0).sum() > 0
+    assert loc_errors.numel() == (anchor_labels == 1).sum() > 0
+
+
+def test_box_head_ranks_all_proposals_and_gt_boxes_times_classes(ranking_inputs):
+    cfg = tiny_faster_rcnn_cfg()
+    cfg.MODEL.ROI_HEADS.BATCH_SIZE_PER_IMAGE = 8  # detectron2 would sample 8 proposals per image
+    torch.manual_seed(0)
+    model = build_model(cfg)
+    model.train()
+    rpn_outputs = []
+    model.proposal_generator.register_forward_hook(lambda module, inputs, output: rpn_outputs.append(output[0]))
+    data = batch()
+    train_losses(model, data)
+
+    boxes = [
+        Boxes.cat([proposals.proposal_boxes, x["instances"].gt_boxes])
+        for proposals, x in zip(rpn_outputs[0], data)
+    ]
+    num_positives = sum(
+        int((pairwise_iou(x["instances"].gt_boxes, b).max(dim=0).values >= 0.5).sum())
+        for b, x in zip(boxes, data)
+        if len(x["instances"])
+    )
+    logits, labels, loc_errors = ranking_inputs["box_alrp"]
+    num_boxes = sum(len(b) for b in boxes)
+    assert num_boxes > len(data) * 8
+    assert logits.numel() == labels.numel() == num_boxes * NUM_CLASSES
+    assert (labels >= 0).all()
+    assert loc_errors.numel() == (labels == 1).sum() == num_positives >= 2
+
+
+@pytest.mark.parametrize(
+    "alrp,rpn_weight,loc_weight",
+    [({}, 0.2, 50.0), ({"RPN_WEIGHT": 0.5, "SB_ENABLED": False, "LOC_WEIGHT": 5.0}, 0.5, 5.0)],
+)
+def test_rpn_weight_multiplies_both_rpn_components_only(alrp, rpn_weight, loc_weight):
+    losses, logged = train_losses(training_model(**alrp))
+    expected = {
+        "loss_rpn_alrp_cls": rpn_weight * logged["sb/rpn_alrp/cls"],
+        "loss_rpn_alrp_loc": rpn_weight * loc_weight * logged["sb/rpn_alrp/loc"],
+        "loss_box_alrp_cls": logged["sb/box_alrp/cls"],
+        "loss_box_alrp_loc": loc_weight * logged["sb/box_alrp/loc"],
+    }
+    for name, value in expected.items():
+        assert losses[name].item() == pytest.approx(value, rel=1e-5), name
+
+
+def test_rpn_and_box_head_have_independent_self_balance_weights():
+    model = training_model()
+    weights = find_localisation_weights(model)
+    assert set(weights) == {"rpn_alrp", "box_alrp"}
+    assert weights["rpn_alrp"] is not weights["box_alrp"]
+    assert all(w.self_balanced and w.value == 50.0 for w in weights.values())
+
+    before, _ = train_losses(model)
+    weights["rpn_alrp"].value = 10.0
+    after_rpn, _ = train_losses(model)
+    weights["box_alrp"].value = 2.0
+    after_box, _ = train_losses(model)
+
+    assert after_rpn["loss_rpn_alrp_loc"].item() == pytest.approx(before["loss_rpn_alrp_loc"].item() / 5, rel=1e-5)
+    assert after_box["loss_box_alrp_loc"].item() == pytest.approx(before["loss_box_alrp_loc"].item() / 25, rel=1e-5)
+    for name in LOSS_NAMES - {"loss_rpn_alrp_loc"}:
+        assert after_rpn[name].item() == pytest.approx(before[name].item(), rel=1e-5), name
+    for name in LOSS_NAMES - {"loss_box_alrp_loc"}:
+        assert after_box[name].item() == pytest.approx(after_rpn[name].item(), rel=1e-5), name
+
+
+def test_batch_without_positives_gives_finite_zero_losses():
+    model = training_model()
+    losses, _ = train_losses(model, batch(with_objects=False))
+    total = sum(losses.values())
+    total.backward()
+    assert set(losses) == LOSS_NAMES
+    assert total.item() == 0 and all(torch.isfinite(v) for v in losses.values())
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+def test_inference_returns_instances_with_sigmoid_scores():
+    torch.manual_seed(0)
+    model = build_model(tiny_faster_rcnn_cfg())
+    model.eval()
+    class_logits = []
+    model.roi_heads.box_predictor.register_forward_hook(lambda module, inputs, output: class_logits.append(output[0]))
+    with torch.no_grad():
+        outputs = model([{"image": torch.rand(3, 96, 128) * 255, "height": 192, "width": 256}])
+    result = outputs[0]["instances"]
+    assert result.image_size == (192, 256)
+    assert 0 < len(result) <= 100
+    assert torch.all((result.scores >= 0.05) & (result.scores <= 1))
+    assert torch.all((result.pred_classes >= 0) & (result.pred_classes < NUM_CLASSES))
+    assert torch.isin(result.scores, class_logits[0].sigmoid()).all()
+
+
+@pytest.mark.parametrize(
+    "key,value",
+    [("MODEL.ALRP.RPN_WEIGHT", 0.0), ("MODEL.ALRP.RPN_TAU", 1.0), ("MODEL.ALRP.RPN_DELTA", 0.0),
+     ("MODEL.ALRP.TAU", -0.1), ("MODEL.ROI_BOX_HEAD.CLS_AGNOSTIC_BBOX_REG", True)],
+)
+def test_bad_config_fails_at_build_time_naming_the_key(key, value):
+    cfg = tiny_faster_rcnn_cfg()
+    cfg.merge_from_list([key, value])
+    with pytest.raises(ValueError, match=key):
+        build_model(cfg)
+
+
+def test_coco_config_builds_the_paper_model():
+    cfg = load_config("alrp_faster_rcnn_R50_FPN_500.yaml")
+    cfg.MODEL.DEVICE = "cpu"
+    model = build_model(cfg)
+    assert isinstance(model.proposal_generator, AlrpRPN) and isinstance(model.roi_heads, AlrpROIHeads)
+    assert model.roi_heads.box_predictor.cls_score.out_features == 80
+    assert model.proposal_generator.ranking_loss.loss_weight == 0.2
+    assert model.proposal_generator.tau == 0.7 and model.roi_heads.box_predictor.tau == 0.5
+    epoch = cfg.MODEL.ALRP.SB_PERIOD
+    assert (cfg.SOLVER.MAX_ITER, *cfg.SOLVER.STEPS) == (100 * epoch, 75 * epoch, 95 * epoch)

@@ -1,0 +1,103 @@
+"""aLRP RetinaNet: training steps of every variant, robustness, inference."""
+import itertools
+
+import pytest
+import torch
+
+from conftest import DETECTRON2_SKIP_REASON
+
+pytest.importorskip("detectron2", reason=DETECTRON2_SKIP_REASON)
+
+from detectron2.engine import SimpleTrainer  # noqa: E402
+from detectron2.modeling import build_model  # noqa: E402
+from detectron2.structures import Boxes, Instances  # noqa: E402
+from detectron2.utils.events import EventStorage  # noqa: E402
+
+from tiny_configs import tiny_retinanet_cfg  # noqa: E402
+
+
+def instances(boxes, classes, size=(96, 128)):
+    result = Instances(size)
+    result.gt_boxes = Boxes(torch.tensor(boxes, dtype=torch.float32).reshape(-1, 4))
+    result.gt_classes = torch.tensor(classes, dtype=torch.int64)
+    return result
+
+
+def batch(with_objects=True):
+    gen = torch.Generator().manual_seed(0)
+    objects = instances([[10, 10, 50, 60], [60, 20, 120, 90]], [0, 2]) if with_objects else instances([], [])
+    return [
+        {"image": torch.rand(3, 96, 128, generator=gen) * 255, "instances": objects},
+        {"image": torch.rand(3, 96, 128, generator=gen) * 255, "instances": instances([], [])},
+    ]
+
+
+@pytest.mark.parametrize("matcher,loc_error,cls_loss", itertools.product(["iou", "atss"], ["giou", "iou"], ["alrp", "ap"]))
+def test_training_step(matcher, loc_error, cls_loss):
+    torch.manual_seed(0)
+    model = build_model(tiny_retinanet_cfg(MATCHER=matcher, LOC_ERROR=loc_error, CLS_LOSS=cls_loss))
+    model.train()
+    with EventStorage() as storage:
+        losses = model(batch())
+        sum(losses.values()).backward()
+    assert set(losses) == {f"loss_{cls_loss}_cls", f"loss_{cls_loss}_loc"}
+    assert all(torch.isfinite(v) and v > 0 for v in losses.values())
+    # At random init nearly every negative outranks the positives: L_cls is close to 1.
+    assert 0.9 < losses[f"loss_{cls_loss}_cls"].item() <= 1.0
+    # The localisation part is reported with the initial self-balance weight of 50.
+    latest = storage.latest()
+    assert losses[f"loss_{cls_loss}_loc"].item() == pytest.approx(50 * latest[f"sb/{cls_loss}/loc"][0], rel=1e-5)
+    assert latest[f"{cls_loss}/grad_ratio"][0] == pytest.approx(1.0, rel=1e-4)
+    head = model.head
+    assert head.cls_score.weight.grad.abs().sum() > 0 and head.bbox_pred.weight.grad.abs().sum() > 0
+
+
+def test_constant_localisation_weight_without_self_balance():
+    model = build_model(tiny_retinanet_cfg(SB_ENABLED=False, LOC_WEIGHT=5.0))
+    model.train()
+    with EventStorage() as storage:
+        losses = model(batch())
+    assert losses["loss_alrp_loc"].item() == pytest.approx(5.0 * storage.latest()["sb/alrp/loc"][0], rel=1e-5)
+
+
+@pytest.mark.parametrize("matcher", ["iou", "atss"])
+def test_batch_without_positives_gives_finite_zero_loss(matcher):
+    model = build_model(tiny_retinanet_cfg(MATCHER=matcher))
+    model.train()
+    with EventStorage():
+        losses = model(batch(with_objects=False))
+        total = sum(losses.values())
+        total.backward()
+    assert total.item() == 0
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+def test_non_finite_logits_stop_training_with_detectron2_error():
+    model = build_model(tiny_retinanet_cfg())
+    model.train()
+    with torch.no_grad():
+        model.head.cls_score.bias[0] = float("nan")
+    trainer = SimpleTrainer(model, itertools.repeat(batch()), torch.optim.SGD(model.parameters(), lr=0.0))
+    with pytest.raises(FloatingPointError, match="Loss became infinite or NaN"):
+        trainer.train(0, 1)
+
+
+@pytest.mark.parametrize(
+    "key,value",
+    [("DELTA", 0.0), ("LOC_ERROR", "l1"), ("TAU", 1.0), ("CLS_LOSS", "focal"), ("SB_INIT_WEIGHT", -1.0),
+     ("SB_PERIOD", -5), ("LOC_WEIGHT", 0.0), ("MATCHER", "hungarian"), ("ATSS_TOPK", 0)],
+)
+def test_bad_config_fails_at_build_time_naming_the_key(key, value):
+    with pytest.raises(ValueError, match=f"MODEL.ALRP.{key}"):
+        build_model(tiny_retinanet_cfg(**{key: value}))
+
+
+def test_inference_returns_instances_with_probabilities():
+    model = build_model(tiny_retinanet_cfg())
+    model.eval()
+    with torch.no_grad():
+        outputs = model([{"image": torch.rand(3, 96, 128) * 255, "height": 192, "width": 256}])
+    result = outputs[0]["instances"]
+    assert result.image_size == (192, 256)
+    assert len(result) <= 100
+    assert torch.all((result.scores >= 0.05) & (result.scores <= 1))

@@ -1,0 +1,183 @@
+"""COCOLRPEvaluator end to end on the hand-made dataset of test_lrp_metrics, and the LRP-threshold
+predictor (threshold file, filtering, and a tiny randomly initialised RetinaNet)."""
+
+from __future__ import annotations
+
+import json
+import math
+import uuid
+
+import numpy as np
+import pytest
+
+from conftest import DETECTRON2_SKIP_REASON
+
+pytest.importorskip("detectron2", reason=DETECTRON2_SKIP_REASON)
+
+import torch  # noqa: E402
+from detectron2.config import get_cfg  # noqa: E402
+from detectron2.data import DatasetCatalog  # noqa: E402
+from detectron2.data.datasets import register_coco_instances  # noqa: E402
+from detectron2.engine import DefaultPredictor  # noqa: E402
+from detectron2.structures import Boxes, BoxMode, Instances  # noqa: E402
+
+from alrp_d2.evaluation import (  # noqa: E402
+    LRP_THRESHOLDS_FILE,
+    COCOLRPEvaluator,
+    LRPThresholdPredictor,
+    filter_by_class_thresholds,
+    load_lrp_thresholds,
+)
+from test_lrp_metrics import (  # noqa: E402
+    CLASS_NAMES,
+    HAND_DETECTIONS,
+    HAND_EXPECTED_A,
+    HAND_EXPECTED_AP90,
+    HAND_EXPECTED_SUMMARY,
+    HAND_EXPECTED_THRESHOLDS,
+    hand_made_coco_dict,
+)
+
+
+@pytest.fixture()
+def hand_made_dataset(tmp_path):
+    """The hand-made COCO json registered under a fresh name and loaded once (which sets the
+    contiguous class ids in the metadata, as training does)."""
+    json_file = tmp_path / "hand_made.json"
+    json_file.write_text(json.dumps(hand_made_coco_dict()))
+    name = f"lrp_hand_made_{uuid.uuid4().hex}"
+    register_coco_instances(name, {}, str(json_file), str(tmp_path))
+    DatasetCatalog.get(name)
+    return name
+
+
+def hand_made_outputs(detections=HAND_DETECTIONS):
+    """detectron2 model outputs (contiguous class ids, XYXY boxes) for images 1 and 2."""
+    inputs, outputs = [], []
+    for image_id in (1, 2):
+        rows = [(c - 1, b, s) for i, c, b, s in detections if i == image_id]
+        instances = Instances((200, 200))
+        boxes = torch.tensor([b for _, b, _ in rows], dtype=torch.float32).reshape(-1, 4)
+        instances.pred_boxes = Boxes(BoxMode.convert(boxes, BoxMode.XYWH_ABS, BoxMode.XYXY_ABS))
+        instances.scores = torch.tensor([s for _, _, s in rows], dtype=torch.float32)
+        instances.pred_classes = torch.tensor([c for c, _, _ in rows], dtype=torch.int64)
+        inputs.append({"image_id": image_id})
+        outputs.append({"instances": instances})
+    return inputs, outputs
+
+
+def evaluate(dataset_name, output_dir=None, use_fast_impl=True, detections=HAND_DETECTIONS):
+    evaluator = COCOLRPEvaluator(dataset_name, output_dir=output_dir, distributed=False, use_fast_impl=use_fast_impl)
+    evaluator.reset()
+    evaluator.process(*hand_made_outputs(detections))
+    return evaluator.evaluate()
+
+
+@pytest.mark.parametrize("use_fast_impl", [True, False], ids=["COCOeval_opt", "pycocotools"])
+def test_evaluator_reports_lrp_next_to_ap(hand_made_dataset, tmp_path, use_fast_impl):
+    output_dir = tmp_path / "out"
+    bbox = evaluate(hand_made_dataset, str(output_dir), use_fast_impl)["bbox"]
+    assert {"AP", "AP50", "AP75", "AP-cat_a"} <= set(bbox)
+    expected = {**HAND_EXPECTED_SUMMARY, "AP90": HAND_EXPECTED_AP90, "oLRP-cat_a": 66.0, "oLRP-cat_b": 100.0}
+    assert {key: bbox[key] for key in expected} == pytest.approx(expected)
+    assert "oLRP-cat_c" not in bbox  # no ground truth
+    thresholds = json.loads((output_dir / LRP_THRESHOLDS_FILE).read_text())
+    assert thresholds == pytest.approx(HAND_EXPECTED_THRESHOLDS)
+    assert thresholds["cat_a"] == pytest.approx(HAND_EXPECTED_A.threshold)
+
+
+def test_evaluator_without_output_dir_or_predictions(hand_made_dataset, tmp_path):
+    assert evaluate(hand_made_dataset)["bbox"]["oLRP"] == pytest.approx(83.0)
+    nothing = evaluate(hand_made_dataset, str(tmp_path / "empty"), detections=[])["bbox"]
+    assert all(math.isnan(nothing[key]) for key in ("oLRP", "oLRP_loc", "oLRP_FP", "oLRP_FN", "AP90", "rho"))
+    assert not (tmp_path / "empty" / LRP_THRESHOLDS_FILE).exists()
+
+
+def write_thresholds(tmp_path, content) -> str:
+    path = tmp_path / "thresholds.json"
+    path.write_text(content if isinstance(content, str) else json.dumps(content))
+    return str(path)
+
+
+def test_load_thresholds_in_class_order(tmp_path):
+    path = write_thresholds(tmp_path, {"cat_c": 0.25, "cat_a": 0.5, "cat_b": None})
+    assert load_lrp_thresholds(path, CLASS_NAMES) == [0.5, None, 0.25]
+
+
+@pytest.mark.parametrize(
+    "content, error, message",
+    [
+        ("{not json", ValueError, "not valid JSON"),
+        ([0.5, None, 0.2], ValueError, "JSON object"),
+        ({"cat_a": 0.5, "cat_b": None}, ValueError, r"missing \['cat_c'\]"),
+        ({"cat_a": 0.5, "cat_b": None, "cat_c": 0.1, "dog": 0.3}, ValueError, r"unknown \['dog'\]"),
+        ({"cat_a": "0.5", "cat_b": None, "cat_c": 0.1}, ValueError, "finite number or null"),
+        ('{"cat_a": NaN, "cat_b": null, "cat_c": 0.1}', ValueError, "finite number or null"),
+    ],
+)
+def test_load_thresholds_rejects_bad_files(tmp_path, content, error, message):
+    with pytest.raises(error, match=message):
+        load_lrp_thresholds(write_thresholds(tmp_path, content), CLASS_NAMES)
+
+
+def test_load_thresholds_missing_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="not found"):
+        load_lrp_thresholds(str(tmp_path / "absent.json"), CLASS_NAMES)
+
+
+def test_filter_by_class_thresholds():
+    instances = Instances((10, 10))
+    instances.scores = torch.tensor([0.9, 0.5, 0.49, 0.3, 0.99, 0.2])
+    instances.pred_classes = torch.tensor([0, 0, 0, 2, 1, 2])
+    kept = filter_by_class_thresholds(instances, [0.5, None, 0.25])
+    torch.testing.assert_close(kept.scores, torch.tensor([0.9, 0.5, 0.3]))  # the threshold itself is kept
+    torch.testing.assert_close(kept.pred_classes, torch.tensor([0, 0, 2]))
+    assert len(filter_by_class_thresholds(instances[:0], [0.5, None, 0.25])) == 0
+    with pytest.raises(ValueError, match="no threshold"):
+        filter_by_class_thresholds(instances, [0.5, None])
+
+
+def tiny_retinanet_cfg(dataset_name):
+    """A small randomly initialised RetinaNet (ResNet-18 FPN) on the CPU, scoring every anchor."""
+    cfg = get_cfg()
+    cfg.MODEL.META_ARCHITECTURE = "RetinaNet"
+    cfg.MODEL.DEVICE = "cpu"
+    cfg.MODEL.WEIGHTS = ""
+    cfg.MODEL.BACKBONE.NAME = "build_retinanet_resnet_fpn_backbone"
+    cfg.MODEL.RESNETS.DEPTH = 18
+    cfg.MODEL.RESNETS.RES2_OUT_CHANNELS = 64
+    cfg.MODEL.RESNETS.OUT_FEATURES = ["res3", "res4", "res5"]
+    cfg.MODEL.FPN.IN_FEATURES = ["res3", "res4", "res5"]
+    cfg.MODEL.FPN.OUT_CHANNELS = 32
+    cfg.MODEL.RETINANET.NUM_CLASSES = len(CLASS_NAMES)
+    cfg.MODEL.RETINANET.NUM_CONVS = 1
+    cfg.MODEL.RETINANET.SCORE_THRESH_TEST = 0.0
+    cfg.MODEL.RETINANET.PRIOR_PROB = 0.3
+    cfg.INPUT.MIN_SIZE_TEST = 64
+    cfg.INPUT.MAX_SIZE_TEST = 64
+    cfg.DATASETS.TEST = (dataset_name,)
+    return cfg
+
+
+def test_predictor_keeps_detections_above_their_class_threshold(hand_made_dataset, tmp_path):
+    torch.manual_seed(0)
+    cfg = tiny_retinanet_cfg(hand_made_dataset)
+    path = write_thresholds(tmp_path, {"cat_a": 0.3, "cat_b": None, "cat_c": 0.32})
+    predictor = LRPThresholdPredictor(cfg, path)
+    image = np.random.default_rng(0).integers(0, 255, size=(64, 64, 3), dtype=np.uint8)
+    raw = DefaultPredictor.__call__(predictor, image)["instances"]
+    kept = predictor(image)["instances"]
+    assert len(raw) > len(kept) > 0
+    assert set(kept.pred_classes.tolist()) <= {0, 2}
+    expected = filter_by_class_thresholds(raw, [0.3, None, 0.32])
+    torch.testing.assert_close(kept.scores, expected.scores)
+    torch.testing.assert_close(kept.pred_boxes.tensor, expected.pred_boxes.tensor)
+
+
+def test_predictor_needs_matching_class_names(hand_made_dataset, tmp_path):
+    cfg = tiny_retinanet_cfg(hand_made_dataset)
+    with pytest.raises(ValueError, match="do not match"):
+        LRPThresholdPredictor(cfg, write_thresholds(tmp_path, {"cat_a": 0.3}))
+    cfg.DATASETS.TEST = ()
+    with pytest.raises(ValueError, match="DATASETS.TEST is empty"):
+        LRPThresholdPredictor(cfg, write_thresholds(tmp_path, {"cat_a": 0.3}))

@@ -1,0 +1,265 @@
+"""The fast ranking losses against the loop transcription of App. E Alg. 2, and their edge cases."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from alrp_d2.losses import NonFiniteInputError, alrp_loss, alrp_loss_terms, ap_loss, ap_loss_terms, loc_error
+from loop_reference import alrp_loss_loop, ap_loss_loop
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+TOLERANCE = {torch.float64: 1e-6, torch.float32: 1e-5}
+
+
+def assert_relative(actual: torch.Tensor, expected: torch.Tensor, rtol: float) -> None:
+    """Every element within ``rtol`` relative; elements that are zero in the reference must be
+    zero up to float64 round-off of the largest element."""
+    actual = actual.detach().double().cpu()
+    expected = expected.detach().double().cpu()
+    atol = 1e-12 * max(expected.abs().max().item(), 1.0)
+    torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol)
+
+
+def random_case(seed: int, dtype: torch.dtype, device: str):
+    """A random ranking with ignored entries, ties between positives and between positives and
+    negatives on some seeds, and a random number of positives (at least one)."""
+    gen = torch.Generator().manual_seed(seed)
+    size = int(torch.randint(2, 600, (1,), generator=gen))
+    logits = torch.randn(size, generator=gen, dtype=torch.float64) * 2.0
+    if seed % 3 == 0:
+        logits = torch.round(logits * 2) / 2  # many exact ties, also at distance exactly delta
+    labels = torch.randint(-1, 2, (size,), generator=gen)
+    labels[int(torch.randint(0, size, (1,), generator=gen))] = 1
+    num_pos = int((labels == 1).sum())
+    errors = torch.rand(num_pos, generator=gen, dtype=torch.float64) * 2.0
+    delta = [1.0, 0.5, 0.01, 2.5][seed % 4]
+    return logits.to(dtype).to(device), labels.to(device), errors.to(dtype).to(device), delta
+
+
+def run_alrp(logits, labels, errors, delta):
+    logits = logits.clone().requires_grad_(True)
+    errors = errors.clone().requires_grad_(True)
+    loss_cls, loss_loc = alrp_loss(logits, labels, errors, delta=delta)
+    # Independent backward passes: loss_cls drives the logits, loss_loc the errors.
+    grad_logits, grad_errors = torch.autograd.grad(loss_cls + loss_loc, [logits, errors])
+    return loss_cls, loss_loc, grad_logits, grad_errors
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("seed", range(40))
+def test_alrp_matches_loop_reference(seed, dtype, device):
+    logits, labels, errors, delta = random_case(seed, dtype, device)
+    loss_cls, loss_loc, grad_logits, grad_errors = run_alrp(logits, labels, errors, delta)
+    ref_cls, ref_loc, ref_grad_logits, ref_grad_errors = alrp_loss_loop(logits.cpu(), labels.cpu(), errors.cpu(), delta)
+    rtol = TOLERANCE[dtype]
+    assert loss_cls.dtype == dtype and loss_loc.dtype == dtype
+    assert_relative(loss_cls, ref_cls, rtol)
+    assert_relative(loss_loc, ref_loc, rtol)
+    assert_relative(grad_logits, ref_grad_logits, rtol)
+    assert_relative(grad_errors, ref_grad_errors, rtol)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("seed", range(40))
+def test_ap_matches_loop_reference(seed, dtype, device):
+    logits, labels, _, delta = random_case(seed, dtype, device)
+    logits = logits.clone().requires_grad_(True)
+    loss = ap_loss(logits, labels, delta=delta)
+    (grad,) = torch.autograd.grad(loss, [logits])
+    ref_loss, ref_grad = ap_loss_loop(logits.detach().cpu(), labels.cpu(), delta)
+    assert_relative(loss, ref_loss, TOLERANCE[dtype])
+    assert_relative(grad, ref_grad, TOLERANCE[dtype])
+
+
+@pytest.mark.parametrize("delta", [1.0, 0.25])
+def test_single_positive_and_scores_equal_to_negatives(delta):
+    logits = torch.tensor([0.0, 0.0, 0.0, 0.3, -0.3, 5.0, -5.0], dtype=torch.float64)
+    labels = torch.tensor([1, 0, 0, 0, 0, -1, 0])
+    errors = torch.tensor([0.4], dtype=torch.float64)
+    loss_cls, loss_loc, grad_logits, grad_errors = run_alrp(logits, labels, errors, delta)
+    ref = alrp_loss_loop(logits, labels, errors, delta)
+    for actual, expected in zip((loss_cls, loss_loc, grad_logits, grad_errors), ref):
+        assert_relative(actual, expected, 1e-12)
+    # The ignored entry (5.0) and the negative far below (-5.0) get no gradient.
+    assert grad_logits[5] == 0 and grad_logits[6] == 0
+
+
+def test_ignored_entries_do_not_change_anything():
+    logits, labels, errors, delta = random_case(7, torch.float64, "cpu")
+    extended_logits = torch.cat([logits, torch.tensor([100.0, -100.0, 0.0], dtype=torch.float64)])
+    extended_labels = torch.cat([labels, torch.tensor([-1, -1, -1])])
+    base = run_alrp(logits, labels, errors, delta)
+    extended = run_alrp(extended_logits, extended_labels, errors, delta)
+    for a, b in zip(base[:2], extended[:2]):
+        assert_relative(b, a, 1e-12)
+    assert_relative(extended[2][: logits.numel()], base[2], 1e-12)
+    assert torch.all(extended[2][logits.numel():] == 0)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_theorem_2_balanced_gradients(seed):
+    """Summed |gradient| over positives equals that over negatives (Theorem 2)."""
+    logits, labels, errors, delta = random_case(seed, torch.float64, "cpu")
+    for loss_fn in ("alrp", "ap"):
+        leaf = logits.clone().requires_grad_(True)
+        if loss_fn == "alrp":
+            terms = alrp_loss_terms(leaf, labels, errors, delta=delta)
+            loss = terms.loss_cls
+            reported = (terms.positive_gradient_magnitude, terms.negative_gradient_magnitude)
+        else:
+            terms = ap_loss_terms(leaf, labels, delta=delta)
+            loss = terms.loss
+            reported = (terms.positive_gradient_magnitude, terms.negative_gradient_magnitude)
+        (grad,) = torch.autograd.grad(loss, [leaf])
+        positive = grad[labels == 1].abs().sum()
+        negative = grad[labels == 0].abs().sum()
+        torch.testing.assert_close(positive, negative, rtol=1e-10, atol=1e-14)
+        torch.testing.assert_close(reported[0], positive, rtol=1e-10, atol=1e-14)
+        torch.testing.assert_close(reported[1], negative, rtol=1e-10, atol=1e-14)
+        assert torch.all(grad[labels == 1] <= 0) and torch.all(grad[labels == 0] >= 0)
+
+
+# Paper App. A, table "Per-box calculation of L_aLRP": ten anchors a1..a10 in descending
+# score order, positives a1, a3, a6, a10, and the IoUs of each output (errata 1: C&R2 is 0.70).
+TOY_LABELS = torch.tensor([1, 0, 1, 0, 0, 1, 0, 0, 0, 1])
+TOY_IOUS = {
+    "C&R1": ([0.95, 0.80, 0.65, 0.50], 0.53),
+    "C&R2": ([0.80, 0.65, 0.50, 0.80], 0.70),
+    "C&R3": ([0.50, 0.65, 0.80, 0.95], 0.89),
+}
+
+
+@pytest.mark.parametrize("output", sorted(TOY_IOUS))
+def test_paper_toy_example(output):
+    scores = torch.arange(10, 0, -1, dtype=torch.float64)
+    ious, expected_alrp = TOY_IOUS[output]
+    errors = (1.0 - torch.tensor(ious, dtype=torch.float64)) / 0.5
+    loss_cls, loss_loc = alrp_loss(scores, TOY_LABELS, errors, delta=1e-3)
+    assert round((loss_cls + loss_loc).item(), 2) == expected_alrp
+    assert round(ap_loss(scores, TOY_LABELS, delta=1e-3).item(), 2) == 0.36
+    assert round(loss_cls.item(), 2) == 0.36  # the classification component equals AP Loss
+
+
+def test_no_positive_gives_connected_zero():
+    logits = torch.randn(50, requires_grad=True)
+    labels = torch.zeros(50, dtype=torch.long)
+    errors = torch.zeros(0, requires_grad=True)
+    loss_cls, loss_loc = alrp_loss(logits, labels, errors)
+    assert loss_cls.item() == 0 and loss_loc.item() == 0
+    (loss_cls + loss_loc + ap_loss(logits, labels)).backward()
+    assert torch.all(logits.grad == 0) and errors.grad.shape == (0,)
+
+
+def test_empty_input_gives_connected_zero():
+    logits = torch.zeros(0, requires_grad=True)
+    loss = ap_loss(logits, torch.zeros(0, dtype=torch.long))
+    loss.backward()
+    assert loss.item() == 0 and logits.grad.shape == (0,)
+
+
+def test_perfect_ranking_gives_zero_classification_gradient():
+    logits = torch.tensor([5.0, 4.0, 3.5, -1.0, -2.0, 0.9], dtype=torch.float64, requires_grad=True)
+    labels = torch.tensor([1, 1, 1, 0, 0, 0])
+    errors = torch.tensor([0.3, 0.9, 0.1], dtype=torch.float64, requires_grad=True)
+    loss_cls, loss_loc = alrp_loss(logits, labels, errors)
+    (loss_cls + loss_loc).backward()
+    assert loss_cls.item() == 0
+    assert torch.all(logits.grad == 0)
+    assert torch.all(errors.grad > 0)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_non_finite_logits_raise(bad):
+    logits = torch.randn(10)
+    logits[3] = bad
+    labels = torch.zeros(10, dtype=torch.long)
+    labels[0] = 1
+    with pytest.raises(NonFiniteInputError, match="non-finite logits"):
+        alrp_loss(logits, labels, torch.ones(1))
+    with pytest.raises(FloatingPointError, match="non-finite logits"):
+        ap_loss(logits, labels)
+
+
+def test_invalid_inputs_raise():
+    logits = torch.randn(6)
+    labels = torch.tensor([1, 0, 0, 1, -1, 0])
+    with pytest.raises(NonFiniteInputError, match="localisation errors"):
+        alrp_loss(logits, labels, torch.tensor([0.1, float("nan")]))
+    with pytest.raises(ValueError, match="one localisation error per positive"):
+        alrp_loss(logits, labels, torch.ones(3))
+    with pytest.raises(ValueError, match="labels must be"):
+        ap_loss(logits, torch.tensor([1, 0, 2, 0, 0, 0]))
+    with pytest.raises(ValueError, match="same length"):
+        ap_loss(logits, labels[:4])
+    with pytest.raises(ValueError, match="delta"):
+        ap_loss(logits, labels, delta=0.0)
+    with pytest.raises(ValueError, match="eps"):
+        alrp_loss(logits, labels, torch.ones(2), eps=-1.0)
+
+
+def test_false_positives_below_eps_give_no_gradient():
+    # The only negative sits just inside the band of the positive: N_FP = 1e-7 < eps.
+    delta = 1.0
+    logits = torch.tensor([0.0, -delta + 2e-7], dtype=torch.float64, requires_grad=True)
+    labels = torch.tensor([1, 0])
+    loss_cls, _ = alrp_loss(logits, labels, torch.tensor([0.5], dtype=torch.float64))
+    loss_cls.backward()
+    assert torch.all(logits.grad == 0)
+    assert 0 < loss_cls.item() < 1e-6
+
+
+def test_autocast_computes_in_float32():
+    logits, labels, errors, delta = random_case(11, torch.float32, "cpu")
+    half_logits = logits.bfloat16().requires_grad_(True)
+    errors = errors.requires_grad_(True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss_cls, loss_loc = alrp_loss(half_logits, labels, errors, delta=delta)
+    assert loss_cls.dtype == torch.float32 and loss_loc.dtype == torch.float32
+    ref_cls, ref_loc, ref_grad, _ = alrp_loss_loop(half_logits.float(), labels, errors, delta)
+    assert_relative(loss_cls, ref_cls, 1e-5)
+    assert_relative(loss_loc, ref_loc, 1e-5)
+    loss_cls.backward()
+    assert half_logits.grad.dtype == torch.bfloat16
+    torch.testing.assert_close(half_logits.grad.double(), ref_grad, rtol=1e-2, atol=1e-6)
+
+
+def test_loc_component_gradcheck_wrt_boxes():
+    """loss_loc is differentiable w.r.t. the predicted boxes through E_loc, rank constant."""
+    gen = torch.Generator().manual_seed(3)
+    logits = torch.randn(40, generator=gen, dtype=torch.float64)
+    labels = torch.zeros(40, dtype=torch.long)
+    labels[[1, 5, 9, 20, 33]] = 1
+    gt = torch.tensor([[0, 0, 10, 10], [5, 5, 20, 30], [2, 3, 8, 9], [0, 0, 4, 4], [10, 10, 30, 20]], dtype=torch.float64)
+    pred = (gt + torch.randn(5, 4, generator=gen, dtype=torch.float64)).requires_grad_(True)
+
+    for kind in ("giou", "iou"):
+        def loss_loc(boxes, kind=kind):
+            return alrp_loss(logits, labels, loc_error(boxes, gt, kind=kind))[1]
+
+        assert torch.autograd.gradcheck(loss_loc, (pred,))
+
+
+def test_loc_error_values():
+    gt = torch.tensor([[0.0, 0.0, 2.0, 2.0], [0.0, 0.0, 2.0, 2.0], [0.0, 0.0, 1.0, 1.0]])
+    pred = torch.tensor([[0.0, 0.0, 2.0, 2.0], [0.0, 0.0, 2.0, 1.0], [2.0, 0.0, 3.0, 1.0]])
+    # IoU 1, 0.5, 0; GIoU 1, 0.5, 0 - (3 - 2) / 3.
+    torch.testing.assert_close(loc_error(pred, gt, "iou"), torch.tensor([0.0, 1.0, 2.0]), atol=1e-6, rtol=0)
+    expected_giou = torch.tensor([0.0, 0.25, (1 + 1 / 3) / 2]) / 0.5
+    torch.testing.assert_close(loc_error(pred, gt, "giou"), expected_giou, atol=1e-6, rtol=0)
+    torch.testing.assert_close(loc_error(pred, gt, "iou", tau=0.7), torch.tensor([0.0, 0.5, 1.0]) / 0.3)
+    with pytest.raises(ValueError, match="kind"):
+        loc_error(pred, gt, "l1")
+    with pytest.raises(ValueError, match="tau"):
+        loc_error(pred, gt, tau=1.0)
+
+
+@pytest.mark.parametrize("kind", ["giou", "iou"])
+def test_loc_error_degenerate_boxes_are_finite(kind):
+    gt = torch.tensor([[3.0, 3.0, 3.0, 3.0], [0.0, 0.0, 4.0, 4.0], [1.0, 1.0, 1.0, 5.0]])
+    pred = torch.tensor([[3.0, 3.0, 3.0, 3.0], [2.0, 2.0, 2.0, 2.0], [1.0, 1.0, 1.0, 5.0]], requires_grad=True)
+    error = loc_error(pred, gt, kind)
+    error.sum().backward()
+    assert torch.all(torch.isfinite(error)) and torch.all(torch.isfinite(pred.grad))
+    assert torch.all((error >= 0) & (error <= 2.0 + 1e-6))

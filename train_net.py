@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""Train and evaluate detectors with aLRP Loss (detectron2 project script).
+
+    python train_net.py --config-file configs/alrp_R50_500.yaml --num-gpus 4
+    python train_net.py --config-file configs/alrp_R50_500.yaml --eval-only MODEL.WEIGHTS model_final.pth
+    python train_net.py --config-file configs/quickstart/alrp_retinanet_shapes.yaml   # CPU, minutes
+
+On a machine without GPUs, ``--num-gpus N`` runs N CPU workers that communicate with gloo.
+"""
+from __future__ import annotations
+
+import argparse
+
+from detectron2.checkpoint import DetectionCheckpointer
+from detectron2.config import CfgNode, get_cfg
+from detectron2.engine import default_argument_parser, default_setup, launch
+from detectron2.evaluation import verify_results
+from detectron2.utils import comm
+
+from alrp_d2 import add_alrp_config
+from alrp_d2.data import SHAPES_DATASETS, register_shapes_datasets
+from alrp_d2.engine import AlrpTrainer
+
+
+def build_config(args: argparse.Namespace) -> CfgNode:
+    """detectron2's config with the aLRP keys, the config file and the trailing options."""
+    cfg = get_cfg()
+    add_alrp_config(cfg)
+    cfg.merge_from_file(args.config_file)
+    cfg.merge_from_list(args.opts)
+    return cfg
+
+
+def prepare_datasets(cfg: CfgNode) -> None:
+    """Generates the synthetic dataset once, before any worker starts, when the config uses it."""
+    if set(cfg.DATASETS.TRAIN + cfg.DATASETS.TEST) & set(SHAPES_DATASETS):
+        register_shapes_datasets()
+
+
+def main(args: argparse.Namespace):
+    cfg = build_config(args)
+    cfg.freeze()
+    default_setup(cfg, args)
+    prepare_datasets(cfg)
+
+    if args.eval_only:
+        model = AlrpTrainer.build_model(cfg)
+        DetectionCheckpointer(model, save_dir=cfg.OUTPUT_DIR).resume_or_load(cfg.MODEL.WEIGHTS, resume=args.resume)
+        results = AlrpTrainer.test(cfg, model)
+        if comm.is_main_process():
+            verify_results(cfg, results)
+        return results
+
+    trainer = AlrpTrainer(cfg)
+    trainer.resume_or_load(resume=args.resume)
+    return trainer.train()
+
+
+if __name__ == "__main__":
+    arguments = default_argument_parser(epilog=__doc__).parse_args()
+    print("Command Line Args:", arguments)
+    prepare_datasets(build_config(arguments))
+    launch(
+        main,
+        arguments.num_gpus,
+        num_machines=arguments.num_machines,
+        machine_rank=arguments.machine_rank,
+        dist_url=arguments.dist_url,
+        args=(arguments,),
+    )
