@@ -1,10 +1,12 @@
-"""Test set-up: makes the loop reference importable and reports whether the detectron2
+"""Test set-up: makes the loop reference and train_net.py importable and reports whether the detectron2
 integration tests ran."""
 import importlib.util
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(__file__))
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, TESTS_DIR)
+sys.path.insert(1, os.path.dirname(TESTS_DIR))  # train_net.py and benchmarks/ at the repository root
 
 HAS_DETECTRON2 = importlib.util.find_spec("detectron2") is not None
 DETECTRON2_SKIP_REASON = "detectron2 is not installed (see README, 'Install'): integration test skipped"
