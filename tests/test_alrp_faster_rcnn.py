@@ -9,7 +9,7 @@ pytest.importorskip("detectron2", reason=DETECTRON2_SKIP_REASON)
 
 from detectron2.modeling import build_model  # noqa: E402
 from detectron2.modeling.matcher import Matcher  # noqa: E402
-from detectron2.structures import Boxes, Instances, pairwise_iou  # noqa: E402
+from detectron2.structures import Boxes, pairwise_iou  # noqa: E402
 from detectron2.utils.events import EventStorage  # noqa: E402
 
 from alrp_d2.modeling import (  # noqa: E402
@@ -19,26 +19,10 @@ from alrp_d2.modeling import (  # noqa: E402
     DetectionRankingLoss,
     find_localisation_weights,
 )
-from tiny_configs import load_config, tiny_faster_rcnn_cfg  # noqa: E402
+from tiny_configs import load_config, tiny_batch, tiny_faster_rcnn_cfg  # noqa: E402
 
 NUM_CLASSES = 3
 LOSS_NAMES = {"loss_rpn_alrp_cls", "loss_rpn_alrp_loc", "loss_box_alrp_cls", "loss_box_alrp_loc"}
-
-
-def instances(boxes, classes, size=(96, 128)):
-    result = Instances(size)
-    result.gt_boxes = Boxes(torch.tensor(boxes, dtype=torch.float32).reshape(-1, 4))
-    result.gt_classes = torch.tensor(classes, dtype=torch.int64)
-    return result
-
-
-def batch(with_objects=True):
-    gen = torch.Generator().manual_seed(0)
-    objects = instances([[10, 10, 50, 60], [60, 20, 120, 90]], [0, 2]) if with_objects else instances([], [])
-    return [
-        {"image": torch.rand(3, 96, 128, generator=gen) * 255, "instances": objects},
-        {"image": torch.rand(3, 96, 128, generator=gen) * 255, "instances": instances([], [])},
-    ]
 
 
 def training_model(**alrp):
@@ -50,7 +34,7 @@ def training_model(**alrp):
 
 def train_losses(model, data=None):
     with EventStorage() as storage:
-        losses = model(data or batch())
+        losses = model(data or tiny_batch())
     return losses, {name: value for name, (value, _) in storage.latest().items()}
 
 
@@ -94,7 +78,7 @@ def test_rpn_ranks_every_labelled_anchor_of_every_image(ranking_inputs):
     torch.manual_seed(0)
     model = build_model(cfg)
     model.train()
-    data = batch()
+    data = tiny_batch()
     train_losses(model, data)
 
     rpn = model.proposal_generator
@@ -118,7 +102,7 @@ def test_box_head_ranks_all_proposals_and_gt_boxes_times_classes(ranking_inputs)
     model.train()
     rpn_outputs = []
     model.proposal_generator.register_forward_hook(lambda module, inputs, output: rpn_outputs.append(output[0]))
-    data = batch()
+    data = tiny_batch()
     train_losses(model, data)
 
     boxes = [
@@ -177,7 +161,7 @@ def test_rpn_and_box_head_have_independent_self_balance_weights():
 
 def test_batch_without_positives_gives_finite_zero_losses():
     model = training_model()
-    losses, _ = train_losses(model, batch(with_objects=False))
+    losses, _ = train_losses(model, tiny_batch(with_objects=False))
     total = sum(losses.values())
     total.backward()
     assert set(losses) == LOSS_NAMES

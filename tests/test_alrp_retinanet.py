@@ -10,26 +10,9 @@ pytest.importorskip("detectron2", reason=DETECTRON2_SKIP_REASON)
 
 from detectron2.engine import SimpleTrainer  # noqa: E402
 from detectron2.modeling import build_model  # noqa: E402
-from detectron2.structures import Boxes, Instances  # noqa: E402
 from detectron2.utils.events import EventStorage  # noqa: E402
 
-from tiny_configs import tiny_retinanet_cfg  # noqa: E402
-
-
-def instances(boxes, classes, size=(96, 128)):
-    result = Instances(size)
-    result.gt_boxes = Boxes(torch.tensor(boxes, dtype=torch.float32).reshape(-1, 4))
-    result.gt_classes = torch.tensor(classes, dtype=torch.int64)
-    return result
-
-
-def batch(with_objects=True):
-    gen = torch.Generator().manual_seed(0)
-    objects = instances([[10, 10, 50, 60], [60, 20, 120, 90]], [0, 2]) if with_objects else instances([], [])
-    return [
-        {"image": torch.rand(3, 96, 128, generator=gen) * 255, "instances": objects},
-        {"image": torch.rand(3, 96, 128, generator=gen) * 255, "instances": instances([], [])},
-    ]
+from tiny_configs import tiny_batch, tiny_retinanet_cfg  # noqa: E402
 
 
 @pytest.mark.parametrize("matcher,loc_error,cls_loss", itertools.product(["iou", "atss"], ["giou", "iou"], ["alrp", "ap"]))
@@ -38,7 +21,7 @@ def test_training_step(matcher, loc_error, cls_loss):
     model = build_model(tiny_retinanet_cfg(MATCHER=matcher, LOC_ERROR=loc_error, CLS_LOSS=cls_loss))
     model.train()
     with EventStorage() as storage:
-        losses = model(batch())
+        losses = model(tiny_batch())
         sum(losses.values()).backward()
     assert set(losses) == {f"loss_{cls_loss}_cls", f"loss_{cls_loss}_loc"}
     assert all(torch.isfinite(v) and v > 0 for v in losses.values())
@@ -56,7 +39,7 @@ def test_constant_localisation_weight_without_self_balance():
     model = build_model(tiny_retinanet_cfg(SB_ENABLED=False, LOC_WEIGHT=5.0))
     model.train()
     with EventStorage() as storage:
-        losses = model(batch())
+        losses = model(tiny_batch())
     assert losses["loss_alrp_loc"].item() == pytest.approx(5.0 * storage.latest()["sb/alrp/loc"][0], rel=1e-5)
 
 
@@ -65,7 +48,7 @@ def test_batch_without_positives_gives_finite_zero_loss(matcher):
     model = build_model(tiny_retinanet_cfg(MATCHER=matcher))
     model.train()
     with EventStorage():
-        losses = model(batch(with_objects=False))
+        losses = model(tiny_batch(with_objects=False))
         total = sum(losses.values())
         total.backward()
     assert total.item() == 0
@@ -77,7 +60,7 @@ def test_non_finite_logits_stop_training_with_detectron2_error():
     model.train()
     with torch.no_grad():
         model.head.cls_score.bias[0] = float("nan")
-    trainer = SimpleTrainer(model, itertools.repeat(batch()), torch.optim.SGD(model.parameters(), lr=0.0))
+    trainer = SimpleTrainer(model, itertools.repeat(tiny_batch()), torch.optim.SGD(model.parameters(), lr=0.0))
     with pytest.raises(FloatingPointError, match="Loss became infinite or NaN"):
         trainer.train(0, 1)
 

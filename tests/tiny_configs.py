@@ -1,10 +1,14 @@
-"""Tiny detectron2 configs for the integration tests (CPU, random init, seconds per step).
+"""Tiny detectron2 configs and batches for the integration tests (CPU, random init, seconds per step).
 
 Import only after ``pytest.importorskip("detectron2")``.
 """
 import os
+from typing import Dict, List
+
+import torch
 
 from detectron2.config import CfgNode, get_cfg
+from detectron2.structures import Boxes, Instances
 
 import alrp_d2.modeling  # noqa: F401  (registers the meta-architectures)
 from alrp_d2.config import add_alrp_config
@@ -47,3 +51,20 @@ def tiny_faster_rcnn_cfg(config: str = "Base-aLRP-FasterRCNN.yaml", **alrp) -> C
     for key, value in alrp.items():
         setattr(cfg.MODEL.ALRP, key, value)
     return cfg
+
+
+def instances(boxes, classes, size=(96, 128)) -> Instances:
+    result = Instances(size)
+    result.gt_boxes = Boxes(torch.tensor(boxes, dtype=torch.float32).reshape(-1, 4))
+    result.gt_classes = torch.tensor(classes, dtype=torch.int64)
+    return result
+
+
+def tiny_batch(with_objects: bool = True) -> List[Dict]:
+    """Two 96 x 128 noise images: two objects in the first (or none), none in the second."""
+    gen = torch.Generator().manual_seed(0)
+    objects = instances([[10, 10, 50, 60], [60, 20, 120, 90]], [0, 2]) if with_objects else instances([], [])
+    return [
+        {"image": torch.rand(3, 96, 128, generator=gen) * 255, "instances": objects},
+        {"image": torch.rand(3, 96, 128, generator=gen) * 255, "instances": instances([], [])},
+    ]

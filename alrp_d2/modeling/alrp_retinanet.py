@@ -13,9 +13,8 @@ from detectron2.structures import Boxes, Instances
 from detectron2.utils.events import get_event_storage
 
 from ..config import validate_alrp_config
-from ..losses import loc_error
 from .atss import AtssMatcher
-from .ranking_loss import DetectionRankingLoss, build_ranking_loss, class_ranking_labels
+from .ranking_loss import DetectionRankingLoss, build_ranking_loss, class_ranking_labels, dense_loc_errors
 
 __all__ = ["AlrpRetinaNet"]
 
@@ -85,15 +84,9 @@ class AlrpRetinaNet(RetinaNet):
         :class:`DetectionRankingLoss`; the name is MODEL.ALRP.CLS_LOSS)."""
         gt_labels = torch.stack(gt_labels)  # (N, R)
         positive = (gt_labels >= 0) & (gt_labels != self.num_classes)
-        image_index, anchor_index = positive.nonzero(as_tuple=True)
-        get_event_storage().put_scalar("num_pos_anchors", len(anchor_index) / len(gt_labels))
-
-        anchors = Boxes.cat(anchors).tensor
-        pred_boxes = self.box2box_transform.apply_deltas(
-            cat(pred_anchor_deltas, dim=1)[image_index, anchor_index], anchors[anchor_index]
+        loc_errors = dense_loc_errors(
+            self.box2box_transform, anchors, pred_anchor_deltas, gt_boxes, positive, self.loc_error_kind, self.tau
         )
-        loc_errors = loc_error(
-            pred_boxes, torch.stack(gt_boxes)[image_index, anchor_index], self.loc_error_kind, self.tau
-        )
+        get_event_storage().put_scalar("num_pos_anchors", len(loc_errors) / len(gt_labels))
         labels = class_ranking_labels(gt_labels, self.num_classes)
         return self.ranking_loss(cat(pred_logits, dim=1).flatten(), labels.flatten(), loc_errors)

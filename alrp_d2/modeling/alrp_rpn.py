@@ -8,15 +8,14 @@ import torch
 from torch import Tensor
 
 from detectron2.config import CfgNode, configurable
-from detectron2.layers import ShapeSpec, cat, nonzero_tuple
+from detectron2.layers import ShapeSpec, cat
 from detectron2.modeling import PROPOSAL_GENERATOR_REGISTRY
 from detectron2.modeling.proposal_generator import RPN
 from detectron2.structures import Boxes
 from detectron2.utils.events import get_event_storage
 
 from ..config import validate_alrp_config
-from ..losses import loc_error
-from .ranking_loss import DetectionRankingLoss, build_ranking_loss
+from .ranking_loss import DetectionRankingLoss, build_ranking_loss, dense_loc_errors
 
 __all__ = ["AlrpRPN"]
 
@@ -68,14 +67,8 @@ class AlrpRPN(RPN):
     ) -> Dict[str, Tensor]:
         """aLRP Loss of the batch over the anchors labelled 1 (positive) or 0 (negative)."""
         gt_labels = torch.stack(gt_labels)  # (N, R) in {-1, 0, 1}
-        image_index, anchor_index = nonzero_tuple(gt_labels == 1)
-        get_event_storage().put_scalar("rpn/num_pos_anchors", len(anchor_index) / len(gt_labels))
-
-        anchors = Boxes.cat(anchors).tensor
-        pred_boxes = self.box2box_transform.apply_deltas(
-            cat(pred_anchor_deltas, dim=1)[image_index, anchor_index], anchors[anchor_index]
+        loc_errors = dense_loc_errors(
+            self.box2box_transform, anchors, pred_anchor_deltas, gt_boxes, gt_labels == 1, self.loc_error_kind, self.tau
         )
-        loc_errors = loc_error(
-            pred_boxes, torch.stack(gt_boxes)[image_index, anchor_index], self.loc_error_kind, self.tau
-        )
+        get_event_storage().put_scalar("rpn/num_pos_anchors", len(loc_errors) / len(gt_labels))
         return self.ranking_loss(cat(pred_objectness_logits, dim=1).flatten(), gt_labels.flatten(), loc_errors)

@@ -8,15 +8,19 @@ import torch
 from torch import Tensor, nn
 
 from detectron2.config import CfgNode
+from detectron2.layers import cat, nonzero_tuple
+from detectron2.modeling.box_regression import Box2BoxTransform
+from detectron2.structures import Boxes
 from detectron2.utils.events import get_event_storage
 
-from ..losses import NonFiniteInputError, alrp_loss_terms, ap_loss_terms
+from ..losses import NonFiniteInputError, alrp_loss_terms, ap_loss_terms, loc_error
 
 __all__ = [
     "LocalisationWeight",
     "DetectionRankingLoss",
     "build_ranking_loss",
     "class_ranking_labels",
+    "dense_loc_errors",
     "find_localisation_weights",
 ]
 
@@ -161,3 +165,31 @@ def build_ranking_loss(cfg: CfgNode, head: str, delta: float, loss_weight: float
         ),
         loss_weight=loss_weight,
     )
+
+
+def dense_loc_errors(
+    box2box_transform: Box2BoxTransform,
+    anchors: List[Boxes],
+    pred_anchor_deltas: List[Tensor],
+    gt_boxes: List[Tensor],
+    positive: Tensor,
+    kind: str,
+    tau: float,
+) -> Tensor:
+    """E_loc of the positive anchors of a dense head, on their decoded boxes (App. E line 12).
+
+    Args:
+        anchors: the anchors of each level (R in total, the same for every image).
+        pred_anchor_deltas: per level, (N, R_level, 4) predicted deltas.
+        gt_boxes: per image, (R, 4) the box matched to each anchor.
+        positive: (N, R) bool.
+
+    Returns:
+        (P,) errors of the positives in row-major (image, anchor) order, the order of the
+        positives in the flattened (N, R[, K]) logits.
+    """
+    image_index, anchor_index = nonzero_tuple(positive)
+    pred_boxes = box2box_transform.apply_deltas(
+        cat(pred_anchor_deltas, dim=1)[image_index, anchor_index], Boxes.cat(anchors).tensor[anchor_index]
+    )
+    return loc_error(pred_boxes, torch.stack(gt_boxes)[image_index, anchor_index], kind, tau)

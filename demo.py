@@ -1,0 +1,263 @@
+#!/usr/bin/env python3
+"""Draw the detections of a trained aLRP model on images (boxes, class names and scores).
+
+    python demo.py --config-file configs/quickstart/alrp_retinanet_shapes.yaml \\
+        --input ~/.cache/alrp_d2/datasets/shapes/val --output output/demo --scale 4 \\
+        --lrp-thresholds output/quickstart_retinanet/inference/lrp_optimal_thresholds.json \\
+        --opts MODEL.WEIGHTS output/quickstart_retinanet/model_final.pth
+
+The config is built like train_net.py's (detectron2's defaults, the aLRP keys, the file, then
+``--opts``). ``--input`` takes image files, directories (their images, sorted) and glob patterns
+(the matching files, sorted). Each input gets one image of the same file name in ``--output``.
+With ``--lrp-thresholds`` (the file COCOLRPEvaluator writes to OUTPUT_DIR/inference) a detection
+is drawn when its score reaches the LRP-optimal threshold of its class; otherwise when it reaches
+``--confidence-threshold``. Detections below the config's SCORE_THRESH_TEST are never produced.
+
+An input that is missing or cannot be read or written is reported and skipped. Exit status: 0
+when every input was drawn, 1 when some input failed, 2 for a usage error or an unusable
+threshold file (nothing drawn).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import logging
+import os
+import sys
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import tqdm
+from PIL import Image, UnidentifiedImageError
+
+from detectron2.config import CfgNode
+from detectron2.data import Metadata, MetadataCatalog
+from detectron2.data.detection_utils import read_image
+from detectron2.engine import DefaultPredictor
+from detectron2.structures import Instances
+from detectron2.utils.logger import setup_logger
+from detectron2.utils.visualizer import Visualizer
+
+from alrp_d2.evaluation import filter_by_class_thresholds, load_lrp_thresholds
+from train_net import build_config
+
+__all__ = [
+    "IMAGE_EXTENSIONS",
+    "ThresholdError",
+    "build_predictor",
+    "draw_detections",
+    "expand_inputs",
+    "run_demo",
+]
+
+IMAGE_EXTENSIONS = (".bmp", ".jpeg", ".jpg", ".png", ".tif", ".tiff", ".webp")
+GLOB_CHARACTERS = "*?["
+
+Failure = Tuple[str, str]  # (input, reason)
+Predict = Callable[[np.ndarray], Instances]
+
+logger = logging.getLogger("alrp_d2.demo")  # under the "alrp_d2" logger that main() sets up
+
+
+class ThresholdError(ValueError):
+    """The LRP threshold file cannot be used with the config's test dataset."""
+
+
+class _InputError(Exception):
+    """One input cannot be drawn; the others go on."""
+
+
+def _directory_images(path: str) -> List[str]:
+    try:
+        names = os.listdir(path)
+    except OSError as error:
+        raise _InputError(f"cannot list the directory: {error.strerror}") from error
+    images = sorted(os.path.join(path, name) for name in names if name.lower().endswith(IMAGE_EXTENSIONS))
+    if not images:
+        raise _InputError(f"no image ({', '.join(IMAGE_EXTENSIONS)}) in the directory")
+    return images
+
+
+def _expand(entry: str) -> List[str]:
+    """The image paths named by one ``--input`` entry."""
+    path = os.path.expanduser(entry)
+    if os.path.isdir(path):
+        return _directory_images(path)
+    if os.path.exists(path):
+        return [path]
+    if any(character in path for character in GLOB_CHARACTERS):
+        matches = sorted(match for match in glob.glob(path) if os.path.isfile(match))
+        if not matches:
+            raise _InputError("the pattern matches no file")
+        return matches
+    raise _InputError("no such file or directory")
+
+
+def expand_inputs(inputs: Sequence[str]) -> Tuple[List[str], List[Failure]]:
+    """The image paths of ``inputs`` in order, each once, and the entries naming no image."""
+    paths: Dict[str, str] = {}
+    failed: List[Failure] = []
+    for entry in inputs:
+        try:
+            found = _expand(entry)
+        except _InputError as error:
+            failed.append((entry, str(error)))
+            continue
+        for path in found:
+            paths.setdefault(os.path.abspath(path), path)
+    return list(paths.values()), failed
+
+
+def _test_metadata(cfg: CfgNode) -> Metadata:
+    return MetadataCatalog.get(cfg.DATASETS.TEST[0] if len(cfg.DATASETS.TEST) else "__unused")
+
+
+def _class_thresholds(cfg: CfgNode, thresholds_path: str) -> List[Optional[float]]:
+    """The thresholds of ``thresholds_path`` in the order of the test dataset's thing_classes."""
+    class_names = _test_metadata(cfg).get("thing_classes")
+    if class_names is None:
+        raise ThresholdError(
+            "the LRP thresholds are matched to the thing_classes of cfg.DATASETS.TEST[0], "
+            f"and {tuple(cfg.DATASETS.TEST)} has none"
+        )
+    try:
+        return load_lrp_thresholds(thresholds_path, class_names)
+    except (FileNotFoundError, ValueError) as error:
+        raise ThresholdError(str(error)) from error
+
+
+def build_predictor(cfg: CfgNode, thresholds_path: Optional[str] = None, confidence: float = 0.5) -> Predict:
+    """A function from a BGR image to the detections to draw, on the CPU: those at or above
+    their class's LRP-optimal threshold read from ``thresholds_path``, or else at or above
+    ``confidence``. Raises :class:`ThresholdError` for an unusable threshold file."""
+    thresholds = None if thresholds_path is None else _class_thresholds(cfg, thresholds_path)
+    if not cfg.MODEL.WEIGHTS:
+        logger.warning("MODEL.WEIGHTS is empty: drawing the detections of a randomly initialised model")
+    predictor = DefaultPredictor(cfg)
+
+    def predict(image: np.ndarray) -> Instances:
+        instances = predictor(image)["instances"].to("cpu")
+        if thresholds is not None:
+            return filter_by_class_thresholds(instances, thresholds)
+        return instances[instances.scores >= confidence]
+
+    return predict
+
+
+def draw_detections(image_bgr: np.ndarray, instances: Instances, metadata: Metadata, scale: float = 1.0) -> np.ndarray:
+    """The RGB image with the boxes, class names and scores of ``instances`` drawn on it."""
+    visualizer = Visualizer(image_bgr[:, :, ::-1], metadata, scale=scale)
+    return visualizer.draw_instance_predictions(instances).get_image()
+
+
+def _output_path(path: str, output_dir: str, written: Dict[str, str]) -> str:
+    """Where the drawing of ``path`` goes, unless that would overwrite the input or the drawing
+    of another input of the same file name."""
+    target = os.path.join(output_dir, os.path.basename(path))
+    if os.path.abspath(target) == os.path.abspath(path):
+        raise _InputError(f"the output {target} would overwrite the input")
+    if target in written:
+        raise _InputError(f"the output {target} was already written for {written[target]}")
+    return target
+
+
+def _draw_one(path: str, target: str, predict: Predict, metadata: Metadata, scale: float) -> None:
+    try:
+        image = read_image(path, format="BGR")
+    except UnidentifiedImageError as error:
+        raise _InputError("not an image file (or in a format PIL cannot read)") from error
+    except (OSError, ValueError) as error:
+        raise _InputError(f"cannot read the image: {error}") from error
+    drawing = draw_detections(image, predict(image), metadata, scale)
+    try:
+        Image.fromarray(drawing).save(target)
+    except (OSError, ValueError) as error:
+        raise _InputError(f"cannot write {target}: {error}") from error
+
+
+def run_demo(
+    cfg: CfgNode,
+    inputs: Sequence[str],
+    output_dir: str,
+    thresholds_path: Optional[str] = None,
+    confidence: float = 0.5,
+    scale: float = 1.0,
+) -> Tuple[List[str], List[Failure]]:
+    """Draws the detections of ``cfg``'s model on every image of ``inputs`` (files, directories,
+    glob patterns) into ``output_dir`` under the same file names.
+
+    ``confidence`` is the score threshold when ``thresholds_path`` is None. Returns the written
+    paths and the (input, reason) of every input that was missing or could not be read or written;
+    those are logged and skipped. Raises :class:`ThresholdError`, before building the model, for an
+    unusable threshold file.
+    """
+    paths, failed = expand_inputs(inputs)
+    for entry, reason in failed:
+        logger.error("%s: %s", entry, reason)
+    predict = build_predictor(cfg, thresholds_path, confidence)
+    metadata = _test_metadata(cfg)
+    os.makedirs(output_dir, exist_ok=True)
+    written: Dict[str, str] = {}
+    for path in tqdm.tqdm(paths, desc="demo", unit="image"):
+        try:
+            target = _output_path(path, output_dir, written)
+            _draw_one(path, target, predict, metadata, scale)
+        except _InputError as error:
+            logger.error("%s: %s", path, error)
+            failed.append((path, str(error)))
+            continue
+        written[target] = path
+    return list(written), failed
+
+
+def get_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config-file", required=True, metavar="FILE", help="path to the config file")
+    parser.add_argument(
+        "--input", required=True, nargs="+", metavar="IMG_OR_DIR", help="image files, directories or glob patterns"
+    )
+    parser.add_argument("--output", required=True, metavar="DIR", help="directory of the drawn images")
+    parser.add_argument(
+        "--lrp-thresholds", metavar="JSON", help="per-class LRP-optimal thresholds (replaces --confidence-threshold)"
+    )
+    parser.add_argument(
+        "--confidence-threshold",
+        type=float,
+        help="minimum score of a drawn detection without --lrp-thresholds (default 0.5)",
+    )
+    parser.add_argument("--scale", type=float, default=1.0, help="size of the drawn images relative to the inputs")
+    parser.add_argument(
+        "--opts",
+        default=[],
+        nargs=argparse.REMAINDER,
+        help="config options as KEY VALUE pairs (e.g. MODEL.WEIGHTS ...)",
+    )
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = get_parser()
+    args = parser.parse_args(argv)
+    if args.lrp_thresholds is not None and args.confidence_threshold is not None:
+        parser.error("--lrp-thresholds and --confidence-threshold exclude each other")
+    setup_logger(name="fvcore")
+    setup_logger()
+    setup_logger(name="alrp_d2")
+    cfg = build_config(args)
+    cfg.freeze()
+    confidence = 0.5 if args.confidence_threshold is None else args.confidence_threshold
+    try:
+        written, failed = run_demo(cfg, args.input, args.output, args.lrp_thresholds, confidence, args.scale)
+    except ThresholdError as error:
+        logger.error("%s", error)
+        return 2
+    logger.info("Wrote %d image(s) to %s", len(written), args.output)
+    if failed:
+        logger.error("%d input(s) failed: %s", len(failed), ", ".join(entry for entry, _ in failed))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

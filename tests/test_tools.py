@@ -1,0 +1,230 @@
+"""tools/plot_training.py on fabricated metrics.json files (no detectron2 needed) and demo.py on a
+tiny randomly initialised aLRP RetinaNet (CPU)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, List, Sequence
+
+import numpy as np
+import pytest
+from matplotlib.image import imread
+
+from conftest import DETECTRON2_SKIP_REASON
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+PLOT_TOOL = REPO_ROOT / "tools" / "plot_training.py"
+RETINANET_HEADS = ("alrp",)
+FASTER_RCNN_HEADS = ("rpn_alrp", "box_alrp")
+ITERATIONS = list(range(19, 200, 20))
+PERIOD = 100
+
+
+def load_plot_tool():
+    """tools/ is no package (and site-packages may hold an unrelated ``tools``): load by path."""
+    spec = importlib.util.spec_from_file_location("plot_training", PLOT_TOOL)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+plot_tool = load_plot_tool()
+
+
+def training_record(iteration: int, heads: Sequence[str], with_weight: bool = True) -> Dict[str, float]:
+    """A metrics.json line of detectron2's JSONWriter with the keys the aLRP heads log."""
+    record = {"iteration": iteration, "lr": 0.01, "total_loss": 1.5, "time": 0.2}
+    for index, head in enumerate(heads):
+        record[f"sb/{head}/cls"] = 1.0 / (1.0 + iteration / 100)
+        record[f"sb/{head}/loc"] = 0.4 / (1.0 + iteration / 100) + 0.1 * index
+        record[f"{head}/grad_ratio"] = 1.0
+        record[f"loss_{head}_cls"] = record[f"sb/{head}/cls"]
+        if with_weight:
+            record[f"sb/{head}/weight"] = 50.0 if iteration < PERIOD else 3.0 + index
+    return record
+
+
+def write_metrics(directory: Path, records: List[dict], tail: str = "") -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps(record) for record in records]
+    (directory / "metrics.json").write_text("\n".join(lines) + "\n" + tail)
+    return directory
+
+
+def run_records(heads: Sequence[str], with_weight: bool = True) -> List[dict]:
+    """Training lines every 20 iterations and an evaluation line (NaN AP, as an empty evaluation logs)."""
+    records = [training_record(i, heads, with_weight) for i in ITERATIONS]
+    records.append({"iteration": ITERATIONS[-1], "bbox/AP": float("nan"), "bbox/oLRP": 0.8})
+    return records
+
+
+def png_size(path: str):
+    height, width = imread(path).shape[:2]
+    return width, height
+
+
+# ---- tools/plot_training.py --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("heads", [RETINANET_HEADS, FASTER_RCNN_HEADS], ids=["retinanet", "faster_rcnn"])
+def test_plot_training_writes_pngs_of_the_figure_size(tmp_path, heads):
+    run = write_metrics(tmp_path / "run", run_records(heads))
+    paths = plot_tool.plot_training(str(run))
+    names = ["loss_components.png", "self_balance_weight.png", "grad_ratio.png"]
+    assert paths == [str(run / "plots" / name) for name in names]
+    expected = (round(plot_tool.FIGSIZE[0] * plot_tool.DPI), round(plot_tool.FIGSIZE[1] * plot_tool.DPI))
+    for path in paths:
+        assert os.path.getsize(path) > 0
+        assert png_size(path) == expected
+
+
+def test_heads_are_discovered_from_the_keys(tmp_path):
+    records = run_records(FASTER_RCNN_HEADS)
+    resumed = training_record(ITERATIONS[-1], FASTER_RCNN_HEADS)
+    resumed["sb/rpn_alrp/cls"] = 0.123  # a resumed run logs an iteration again: the last value counts
+    run = write_metrics(tmp_path, records + [resumed], tail='{"iteration": 220, "sb/rp')  # a line being written
+    series = plot_tool.read_head_series(str(run / "metrics.json"))
+    for kind in ("cls", "loc", "weight", "grad_ratio"):
+        assert set(series[kind]) == set(FASTER_RCNN_HEADS)
+    iterations, values = series["cls"]["rpn_alrp"]
+    assert iterations == ITERATIONS
+    assert values[-1] == 0.123
+    weights = dict(zip(*series["weight"]["box_alrp"]))
+    assert weights[99] == 50.0 and weights[119] == 4.0
+
+
+def test_run_without_weight_key_gets_no_weight_plot(tmp_path):
+    run = write_metrics(tmp_path / "run", run_records(RETINANET_HEADS, with_weight=False))
+    paths = plot_tool.plot_training(str(run), str(tmp_path / "figures"))
+    assert [os.path.basename(p) for p in paths] == ["loss_components.png", "grad_ratio.png"]
+    assert all(p.startswith(str(tmp_path / "figures")) for p in paths)
+
+
+def test_cli_prints_the_written_paths(tmp_path, capsys):
+    run = write_metrics(tmp_path / "run", run_records(RETINANET_HEADS))
+    assert plot_tool.main([str(run), "--out", str(tmp_path / "out")]) == 0
+    printed = capsys.readouterr().out.split()
+    assert sorted(printed) == sorted(str(tmp_path / "out" / name) for name in os.listdir(tmp_path / "out"))
+    assert len(printed) == 3
+
+
+def test_cli_fails_clearly_without_metrics_json(tmp_path):
+    result = subprocess.run(
+        [sys.executable, str(PLOT_TOOL), str(tmp_path)], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode != 0
+    assert f"{tmp_path / 'metrics.json'} not found" in result.stderr
+    assert not (tmp_path / "plots").exists()
+
+
+def test_cli_fails_clearly_without_alrp_keys(tmp_path, capsys):
+    run = write_metrics(tmp_path, [{"iteration": 19, "total_loss": 1.0}, {"iteration": 19, "bbox/AP": 10.0}])
+    assert plot_tool.main([str(run)]) == 1
+    assert "has no aLRP keys" in capsys.readouterr().err
+
+
+# ---- demo.py -----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def demo():
+    pytest.importorskip("detectron2", reason=DETECTRON2_SKIP_REASON)
+    import demo as demo_module
+
+    return demo_module
+
+
+@pytest.fixture
+def tiny_cfg(demo):
+    """The quickstart RetinaNet made tiny; every anchor scored, at about PRIOR_PROB, so random
+    init gives detections to draw."""
+    from tiny_configs import tiny_retinanet_cfg
+
+    cfg = tiny_retinanet_cfg("quickstart/alrp_retinanet_shapes.yaml")
+    cfg.MODEL.RETINANET.NUM_CLASSES = 5
+    cfg.MODEL.RETINANET.NORM = ""
+    cfg.MODEL.RETINANET.SCORE_THRESH_TEST = 0.0
+    cfg.MODEL.RETINANET.PRIOR_PROB = 0.3
+    cfg.TEST.DETECTIONS_PER_IMAGE = 5
+    cfg.DATASETS.TEST = ("shapes_val",)
+    return cfg
+
+
+@pytest.fixture
+def inputs(tmp_path):
+    """A directory of two images (and a text file, skipped), a non-image file and a missing path."""
+    from PIL import Image
+
+    images = tmp_path / "images"
+    images.mkdir()
+    rng = np.random.default_rng(0)
+    for name in ("b.jpg", "a.png"):
+        Image.fromarray(rng.integers(0, 255, size=(64, 48, 3), dtype=np.uint8)).save(images / name)
+    (images / "notes.txt").write_text("not an image")
+    not_image = tmp_path / "not_an_image.png"
+    not_image.write_text("not an image")
+    return {"dir": str(images), "not_image": str(not_image), "missing": str(tmp_path / "missing.png")}
+
+
+def write_thresholds(path: Path, value) -> str:
+    path.write_text(json.dumps({name: value for name in ("circle", "square", "triangle", "ring", "cross")}))
+    return str(path)
+
+
+def test_expand_inputs(demo, inputs, tmp_path):
+    pattern = os.path.join(inputs["dir"], "*.png")
+    paths, failed = demo.expand_inputs([inputs["dir"], pattern, inputs["missing"], str(tmp_path / "*.bmp")])
+    assert paths == [os.path.join(inputs["dir"], name) for name in ("a.png", "b.jpg")]
+    assert failed == [
+        (inputs["missing"], "no such file or directory"),
+        (str(tmp_path / "*.bmp"), "the pattern matches no file"),
+    ]
+
+
+def test_demo_draws_every_image_and_reports_bad_inputs(demo, tiny_cfg, inputs, tmp_path):
+    out = tmp_path / "out"
+    written, failed = demo.run_demo(tiny_cfg, list(inputs.values()), str(out), confidence=0.0)
+    assert written == [str(out / "a.png"), str(out / "b.jpg")]
+    assert sorted(os.listdir(out)) == ["a.png", "b.jpg"]
+    assert imread(written[0]).shape[:2] == (64, 48)
+    assert [entry for entry, _ in failed] == [inputs["missing"], inputs["not_image"]]
+    assert failed[0][1] == "no such file or directory"
+    assert failed[1][1].startswith("not an image file")
+
+
+def test_demo_filters_by_lrp_thresholds(demo, tiny_cfg, inputs, tmp_path):
+    image = [os.path.join(inputs["dir"], "a.png")]
+    runs = {
+        "nothing": dict(confidence=1.01),
+        "all_null": dict(thresholds_path=write_thresholds(tmp_path / "null.json", None)),
+        "all_zero": dict(thresholds_path=write_thresholds(tmp_path / "zero.json", 0.0)),
+    }
+    drawn = {}
+    for name, options in runs.items():
+        written, failed = demo.run_demo(tiny_cfg, image, str(tmp_path / name), **options)
+        assert len(written) == 1 and not failed
+        drawn[name] = imread(written[0])
+    np.testing.assert_array_equal(drawn["all_null"], drawn["nothing"])
+    assert not np.array_equal(drawn["all_zero"], drawn["nothing"])
+
+
+def test_demo_rejects_thresholds_of_other_classes(demo, tiny_cfg, inputs, tmp_path):
+    thresholds = tmp_path / "other.json"
+    thresholds.write_text(json.dumps({"cat": 0.5}))
+    with pytest.raises(demo.ThresholdError, match="do not match"):
+        demo.run_demo(tiny_cfg, [inputs["dir"]], str(tmp_path / "out"), thresholds_path=str(thresholds))
+    assert not (tmp_path / "out").exists()
+
+
+def test_demo_cli_exit_status(demo, inputs, tmp_path):
+    config = str(REPO_ROOT / "configs" / "quickstart" / "alrp_retinanet_shapes.yaml")
+    arguments = ["--config-file", config, "--output", str(tmp_path / "out"), "--input", inputs["dir"]]
+    assert demo.main(arguments + ["--lrp-thresholds", str(tmp_path / "absent.json")]) == 2
+    assert not (tmp_path / "out").exists()
+    assert demo.main(arguments + [inputs["missing"], "--opts", "MODEL.RETINANET.NUM_CONVS", "1"]) == 1
+    assert sorted(os.listdir(tmp_path / "out")) == ["a.png", "b.jpg"]

@@ -1,0 +1,206 @@
+#!/usr/bin/env python3
+"""Plots of an aLRP training run from detectron2's ``metrics.json`` (paper Figs. 2-4).
+
+    python tools/plot_training.py output/quickstart_retinanet
+    python tools/plot_training.py output/quickstart_faster_rcnn --out docs/figures
+
+For every head found in the keys ("alrp" and "ap" for RetinaNet, "rpn_alrp" and "box_alrp" for
+Faster R-CNN, ...) it writes into ``--out`` (default ``OUTPUT_DIR/plots``):
+
+    loss_components.png      unweighted sb/<name>/cls, sb/<name>/loc and their sum L, one panel
+                             per head (paper Fig. 2)
+    self_balance_weight.png  sb/<name>/weight, the self-balance weight, a step per period
+    grad_ratio.png           <name>/grad_ratio, summed |dL/ds| over negatives / over positives,
+                             with a reference line at 1 (paper Figs. 3-4, Theorem 2)
+
+A figure whose keys the run did not log (e.g. no weight with a constant localisation weight) is
+not written. Lines without these keys (evaluation results) are ignored; the values are those of
+detectron2's JSONWriter (every 20 iterations, cls/loc/grad_ratio smoothed by a median over 20
+iterations). When a resumed run logged an iteration again, its last value is plotted.
+
+Exit status: 0 when the plots were written; 1 with a message when OUTPUT_DIR has no
+metrics.json or metrics.json has none of these keys.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import re
+import sys
+from collections import defaultdict
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+__all__ = ["DPI", "FIGSIZE", "METRICS_FILE", "plot_training", "read_head_series"]
+
+FIGSIZE = (6.4, 4.0)  # inches; the PNGs are FIGSIZE x DPI pixels
+DPI = 100
+METRICS_FILE = "metrics.json"
+DEFAULT_OUT_SUBDIR = "plots"
+KINDS = ("cls", "loc", "weight", "grad_ratio")
+
+_SB_KEY = re.compile(r"^sb/(?P<head>[^/]+)/(?P<kind>cls|loc|weight)$")
+_RATIO_KEY = re.compile(r"^(?P<head>[^/]+)/(?P<kind>grad_ratio)$")
+
+Series = Tuple[List[int], List[float]]
+HeadSeries = Dict[str, Dict[str, Series]]
+
+logger = logging.getLogger(__name__)
+
+
+def _kind_and_head(key: str) -> Optional[Tuple[str, str]]:
+    match = _SB_KEY.match(key) or _RATIO_KEY.match(key)
+    return (match["kind"], match["head"]) if match else None
+
+
+def _records(path: str):
+    """The JSON objects of metrics.json; an undecodable line (e.g. the last line of a run still
+    writing) is skipped with a warning."""
+    with open(path) as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as error:
+                logger.warning("%s:%d: skipped, not valid JSON (%s)", path, number, error)
+                continue
+            if isinstance(record, dict) and "iteration" in record:
+                yield record
+
+
+def read_head_series(metrics_path: str) -> HeadSeries:
+    """``{kind: {head: (iterations, values)}}`` for the kinds cls, loc, weight and grad_ratio
+    found in ``metrics_path``, sorted by iteration."""
+    by_iteration: Dict[Tuple[str, str], Dict[int, float]] = defaultdict(dict)
+    for record in _records(metrics_path):
+        for key, value in record.items():
+            kind_head = _kind_and_head(key)
+            if kind_head is not None:
+                by_iteration[kind_head][int(record["iteration"])] = float(value)
+    series: HeadSeries = {kind: {} for kind in KINDS}
+    for (kind, head), values in by_iteration.items():
+        iterations = sorted(values)
+        series[kind][head] = (iterations, [values[i] for i in iterations])
+    return series
+
+
+def _new_figure(title: str, panels: int = 1) -> Tuple[Figure, List[Axes]]:
+    figure = Figure(figsize=FIGSIZE, dpi=DPI, layout="constrained")
+    axes = list(figure.subplots(1, panels, squeeze=False)[0])
+    figure.suptitle(title)
+    for ax in axes:
+        ax.set_xlabel("iteration")
+        ax.grid(alpha=0.3)
+    return figure, axes
+
+
+def _total(cls: Series, loc: Series) -> Series:
+    loc_values = dict(zip(*loc))
+    iterations = [i for i in cls[0] if i in loc_values]
+    cls_values = dict(zip(*cls))
+    return iterations, [cls_values[i] + loc_values[i] for i in iterations]
+
+
+def _components_figure(cls: Dict[str, Series], loc: Dict[str, Series]) -> Figure:
+    heads = sorted(set(cls) | set(loc))
+    figure, axes = _new_figure("Loss and its components (unweighted)", len(heads))
+    for ax, head in zip(axes, heads):
+        if head in cls:
+            ax.plot(*cls[head], label=r"$\mathcal{L}_{cls}$")
+        if head in loc:
+            ax.plot(*loc[head], label=r"$\mathcal{L}_{loc}$")
+        if head in cls and head in loc:
+            ax.plot(*_total(cls[head], loc[head]), label=r"$\mathcal{L}$", color="black")
+        ax.set_title(head)
+        ax.legend()
+    axes[0].set_ylabel("loss")
+    return figure
+
+
+def _weight_figure(weights: Dict[str, Series]) -> Figure:
+    figure, (ax,) = _new_figure("Self-balance weight of the localisation component")
+    for head in sorted(weights):
+        ax.step(*weights[head], where="post", label=head)
+    ax.set_ylabel(r"$w_r$")
+    ax.legend()
+    return figure
+
+
+def _grad_ratio_figure(ratios: Dict[str, Series]) -> Figure:
+    figure, (ax,) = _new_figure("Summed score-gradient magnitudes: negatives / positives")
+    ax.axhline(1.0, color="gray", linestyle="--", linewidth=1, label="1")
+    for head in sorted(ratios):
+        ax.plot(*ratios[head], label=head)
+    finite = [v for _, values in ratios.values() for v in values if math.isfinite(v)]
+    ax.set_ylim(0.0, max([2.0] + [1.1 * v for v in finite]))
+    ax.set_ylabel(r"$\sum_{neg} |\partial\mathcal{L}/\partial s| \,/\, \sum_{pos} |\partial\mathcal{L}/\partial s|$")
+    ax.legend()
+    return figure
+
+
+def _figures(series: HeadSeries) -> Dict[str, Figure]:
+    figures: Dict[str, Figure] = {}
+    if series["cls"] or series["loc"]:
+        figures["loss_components.png"] = _components_figure(series["cls"], series["loc"])
+    if series["weight"]:
+        figures["self_balance_weight.png"] = _weight_figure(series["weight"])
+    if series["grad_ratio"]:
+        figures["grad_ratio.png"] = _grad_ratio_figure(series["grad_ratio"])
+    return figures
+
+
+def plot_training(output_dir: str, out_dir: Optional[str] = None) -> List[str]:
+    """Writes the plots of the run in ``output_dir`` into ``out_dir`` (default
+    ``output_dir/plots``) and returns their paths.
+
+    Raises:
+        FileNotFoundError: ``output_dir`` has no metrics.json.
+        ValueError: metrics.json has no sb/<name>/{cls,loc,weight} or <name>/grad_ratio key.
+    """
+    metrics_path = os.path.join(output_dir, METRICS_FILE)
+    if not os.path.isfile(metrics_path):
+        raise FileNotFoundError(
+            f"{metrics_path} not found: OUTPUT_DIR must be the output directory of a detectron2 "
+            "training run (its JSONWriter writes metrics.json every 20 iterations)"
+        )
+    figures = _figures(read_head_series(metrics_path))
+    if not figures:
+        raise ValueError(
+            f"{metrics_path} has no aLRP keys (sb/<name>/cls, sb/<name>/loc, sb/<name>/weight, "
+            "<name>/grad_ratio): was the run trained with a ranking loss of alrp_d2?"
+        )
+    out_dir = out_dir or os.path.join(output_dir, DEFAULT_OUT_SUBDIR)
+    os.makedirs(out_dir, exist_ok=True)
+    written = []
+    for name, figure in figures.items():
+        path = os.path.join(out_dir, name)
+        figure.savefig(path, dpi=DPI)
+        written.append(path)
+    return written
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("output_dir", metavar="OUTPUT_DIR", help="detectron2 output directory with metrics.json")
+    parser.add_argument("--out", metavar="DIR", help="directory of the PNGs (default: OUTPUT_DIR/plots)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(format="%(levelname)s: %(message)s")
+    try:
+        paths = plot_training(args.output_dir, args.out)
+    except (FileNotFoundError, ValueError) as error:
+        print(f"{parser.prog}: error: {error}", file=sys.stderr)
+        return 1
+    for path in paths:
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
