@@ -37,7 +37,7 @@ VARIANTS: Dict[str, List[str]] = {
     ],
     "AP Loss + GIoU": ["MODEL.ALRP.CLS_LOSS", "ap", "MODEL.ALRP.SB_ENABLED", "False"],
 }
-METRICS = ("AP", "AP50", "AP75", "AP90", "oLRP")  # oLRP: lower is better
+METRICS = ("AP", "AP50", "AP75", "AP90", "oLRP", "rho")  # oLRP: lower is better
 
 
 def train_and_evaluate(opts: List[str], output_dir: str, iters: int) -> Dict[str, float]:
@@ -69,7 +69,7 @@ def main() -> None:
     print("| loss | " + " | ".join(METRICS) + " |")
     print("|---|" + "---|" * len(METRICS))
     for name, result in results.items():
-        print(f"| {name} | " + " | ".join(f"{result[m]:.1f}" for m in METRICS) + " |")
+        print(f"| {name} | " + " | ".join(f"{result[m]:.2f}" if m == "rho" else f"{result[m]:.1f}" for m in METRICS) + " |")
 
 
 if __name__ == "__main__":

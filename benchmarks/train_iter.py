@@ -10,7 +10,8 @@ for Faster R-CNN, sampling) differs:
 An iteration is forward, backward and an SGD step on a batch already in memory (no data
 loading). The two models of a pair alternate iteration by iteration so that both see the same
 machine load; the median over the timed iterations is reported. Models start from random
-initialisation, where nearly every negative is within delta of the positives: the most
+initialisation (with BatchNorm in the backbone, as frozen statistics would let the baselines'
+losses overflow), where nearly every negative is within delta of the positives: the most
 expensive case for the ranking losses.
 
     python benchmarks/train_iter.py                                  # CPU: batch 2 at 512 px
@@ -59,6 +60,8 @@ def load_config(name: str, device: str, depth: int) -> CfgNode:
     cfg.MODEL.WEIGHTS = ""
     cfg.MODEL.DEVICE = device
     cfg.MODEL.RESNETS.DEPTH = depth
+    # From random init, FrozenBN would let activations explode (the baselines' losses overflow).
+    cfg.MODEL.RESNETS.NORM = "BN"
     if depth < 50:
         cfg.MODEL.RESNETS.RES2_OUT_CHANNELS = 64
     return cfg

@@ -263,3 +263,16 @@ def test_loc_error_degenerate_boxes_are_finite(kind):
     error.sum().backward()
     assert torch.all(torch.isfinite(error)) and torch.all(torch.isfinite(pred.grad))
     assert torch.all((error >= 0) & (error <= 2.0 + 1e-6))
+
+
+def test_huge_finite_logits_are_accepted():
+    """Their sum overflows float32, but every logit is finite: no error, no NaN."""
+    logits = torch.tensor([3e38, 3e38, -3e38, 1.0], requires_grad=True)
+    labels = torch.tensor([0, 0, 0, 0])
+    loss = ap_loss(logits, labels)
+    loss.backward()
+    assert loss.item() == 0 and torch.all(logits.grad == 0)
+    labels[3] = 1
+    loss_cls, loss_loc = alrp_loss(logits, labels, torch.tensor([0.5]))
+    assert torch.isfinite(loss_cls) and torch.isfinite(loss_loc)
+    assert loss_cls.item() == pytest.approx(2 / 3)

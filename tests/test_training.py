@@ -49,7 +49,7 @@ def training_cfg(kind: str, output_dir: str):
     else:
         cfg = tiny_faster_rcnn_cfg("quickstart/alrp_faster_rcnn_shapes.yaml")
     cfg.MODEL.RETINANET.NUM_CLASSES = cfg.MODEL.ROI_HEADS.NUM_CLASSES = 5
-    cfg.MODEL.RETINANET.NORM = ""  # GroupNorm(32) needs more than 16 channels
+    cfg.MODEL.RETINANET.NORM = cfg.MODEL.FPN.NORM = ""  # GroupNorm(32) needs more than 16 channels
     cfg.DATASETS.TRAIN, cfg.DATASETS.TEST = (TRAIN,), (VAL,)
     cfg.DATALOADER.NUM_WORKERS = 0
     cfg.SOLVER.IMS_PER_BATCH = 2

@@ -47,8 +47,16 @@ def check_hyperparameters(delta: float, eps: float) -> None:
 
 
 def zero_connected(tensor: Tensor, dtype: torch.dtype) -> Tensor:
-    """A zero scalar that is still connected to ``tensor``'s graph (zero gradients)."""
-    return (tensor.sum() * 0.0).to(dtype)
+    """A zero scalar that is still connected to ``tensor``'s graph (zero gradients); finite
+    even if summing ``tensor`` itself would overflow."""
+    return (tensor * 0.0).sum().to(dtype)
+
+
+def _raise_if_non_finite(values: Tensor, name: str) -> None:
+    """Raises when ``values`` hold a NaN or inf; a finite tensor whose sum overflowed passes."""
+    count = int((~torch.isfinite(values)).sum())
+    if count:
+        raise NonFiniteInputError(f"ranking loss received {count} non-finite {name} (NaN or inf)")
 
 
 def check_ranking_inputs(logits: Tensor, labels: Tensor, extra: Optional[Tensor] = None) -> int:
@@ -70,25 +78,28 @@ def check_ranking_inputs(logits: Tensor, labels: Tensor, extra: Optional[Tensor]
         )
     if not logits.is_floating_point():
         raise TypeError(f"logits must be a floating-point tensor, got {logits.dtype}")
-    checks = [
-        (labels == 1).sum(),
-        (~torch.isfinite(logits)).sum(),
-        ((labels != 1) & (labels != 0) & (labels != -1)).sum(),
-    ]
+    # One host synchronisation: the number of positives, whether the logits sum to a finite
+    # number (a NaN or inf anywhere makes it non-finite), the label range and, for ``extra``,
+    # whether it sums to a finite number.
+    label_min, label_max = torch.aminmax(labels) if labels.numel() else (labels.new_zeros(()), labels.new_zeros(()))
+    checks = [torch.count_nonzero(labels == 1), torch.isfinite(logits.sum()), label_min, label_max]
     if extra is not None:
-        checks.append((~torch.isfinite(extra)).sum())
-    num_positives, non_finite, bad_labels, *bad_extra = torch.stack(checks).tolist()
-    if bad_labels:
-        raise ValueError(f"labels must be 1 (positive), 0 (negative) or -1 (ignored); {bad_labels} entries are not")
-    if non_finite:
-        raise NonFiniteInputError(f"ranking loss received {non_finite} non-finite logits (NaN or inf)")
+        checks.append(torch.isfinite(extra.detach().sum()))
+    num_positives, logits_finite, label_min, label_max, *extra_finite = torch.stack(
+        [c.to(torch.float64) for c in checks]
+    ).tolist()
+    num_positives = int(num_positives)
+    if label_min < -1 or label_max > 1:
+        raise ValueError("labels must be 1 (positive), 0 (negative) or -1 (ignored)")
+    if not logits_finite:
+        _raise_if_non_finite(logits, "logits")
     if extra is not None:
         if extra.shape != (num_positives,):
             raise ValueError(
                 f"expected one localisation error per positive ({num_positives}), got shape {tuple(extra.shape)}"
             )
-        if bad_extra[0]:
-            raise NonFiniteInputError(f"ranking loss received {bad_extra[0]} non-finite localisation errors")
+        if not extra_finite[0]:
+            _raise_if_non_finite(extra, "localisation errors")
     return num_positives
 
 
@@ -124,25 +135,25 @@ class ErrorDrivenRankingLoss(torch.autograd.Function):
         update = errors - targets  # -(Delta x_ij) / p(j|i), line 3
         active = ranking.num_false_positives >= eps
         positive_grad = torch.where(active, -update, 0.0) / normaliser
-        distributed = torch.where(active, update / ranking.num_false_positives.clamp_min(eps), 0.0)
-        negative_grad = ranking.negative_relation_sum(distributed) / normaliser
+        distributed = torch.where(active, update / ranking.num_false_positives.clamp_min(eps), 0.0) / normaliser
+        negative_grad = ranking.negative_relation_sum(distributed)
 
         dtype = output_dtype(logits)
-        ctx.save_for_backward(
-            ranking.positive_index, positive_grad.to(dtype), ranking.negative_index, negative_grad.to(dtype)
-        )
         ctx.num_logits = logits.numel()
+        ctx.save_for_backward(
+            ranking.positive_index, ranking.negative_mask, positive_grad.to(dtype), negative_grad.to(dtype)
+        )
         terms = errors if loss_terms is None else loss_terms
         loss = (terms.sum() / normaliser).to(dtype)
-        positive_magnitude = positive_grad.abs().sum().to(dtype)
-        negative_magnitude = negative_grad.abs().sum().to(dtype)
+        positive_magnitude = torch.linalg.vector_norm(positive_grad, 1).to(dtype)
+        negative_magnitude = torch.linalg.vector_norm(negative_grad, 1).to(dtype)
         ctx.mark_non_differentiable(positive_magnitude, negative_magnitude)
         return loss, positive_magnitude, negative_magnitude
 
     @staticmethod
     def backward(ctx: Any, grad_loss: Tensor, *unused: Tensor) -> Tuple[Optional[Tensor], ...]:
-        positive_index, positive_grad, negative_index, negative_grad = ctx.saved_tensors
+        positive_index, negative_mask, positive_grad, negative_grad = ctx.saved_tensors
         grad = positive_grad.new_zeros(ctx.num_logits)
-        grad[positive_index] = positive_grad
-        grad[negative_index] = negative_grad
-        return grad * grad_loss, None, None, None, None, None
+        grad.masked_scatter_(negative_mask, negative_grad * grad_loss)
+        grad[positive_index] = positive_grad * grad_loss
+        return grad, None, None, None, None, None

@@ -5,19 +5,23 @@ Notation of the paper (Sec. 2.1, App. E): for a positive ``i`` and any example `
 
     H(x) = 0 for x < -delta,  x / (2 delta) + 0.5 for |x| <= delta,  1 for x > delta.
 
-Every quantity the error-driven losses need is a *relation sum* of weighted sources ``v_j``
-and sorted query scores ``q_i``, ``sum_j u_j H(v_j - q_i)`` or its transpose
-``sum_i w_i H(v_j - q_i)``. Because ``H`` is piecewise linear, a source contributes fully to
-the queries below its band and linearly, ``u_j (v_j / (2 delta) + 0.5) - u_j q_i / (2 delta)``,
-to the queries inside its band ``|v_j - q_i| <= delta``. With the positives sorted once, the
-band of each source is a contiguous range of sorted positives found by binary search, so
-both directions reduce to bucket counts and prefix sums: no P x N matrix and no loop over
-positives. Everything is accumulated in float64.
+Every quantity the error-driven losses need is a *relation sum* between the sorted positive
+scores ``q_i`` and weighted sources ``v_j`` (the negatives, or the positives themselves):
+``sum_j u_j H(v_j - q_i)`` for every positive, or ``sum_i w_i H(v_j - q_i)`` for every source.
+A source is fully above the positives with ``q_i + delta < v`` and inside the linear band of
+those with ``|v - q_i| <= delta``. Both sets are prefixes of the sorted positives, determined by
+where ``v`` falls among the 2P sorted *band edges* ``q_i - delta`` and ``q_i + delta``: one binary
+search per source. Sources in the same gap between edges share their prefixes, so
+``sum_j u_j H(v_j - q_i)`` needs only each gap's count and sum of ``u`` and ``u v`` (bucket
+counts), and ``sum_i w_i H(v_j - q_i) = A[gap] + B[gap] v_j`` with two per-gap coefficients
+(prefix sums). No P x N matrix, no loop over positives; everything is accumulated in float64.
+H is continuous, so a source that rounding places on the other side of an edge contributes the
+same.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import Optional
 
 import torch
 from torch import Tensor
@@ -35,52 +39,68 @@ def _exclusive_cumsum(x: Tensor) -> Tensor:
     return torch.cat([x.new_zeros(1), torch.cumsum(x, 0)])
 
 
-def _bands(sorted_queries: Tensor, sources: Tensor, delta: float) -> Tuple[Tensor, Tensor]:
-    """For each source ``v``, the range ``[start, end)`` of sorted queries with
-    ``|v - q| <= delta``; the queries before ``start`` have ``H(v - q) = 1``.
+@dataclass(frozen=True)
+class BandEdges:
+    """The 2P sorted band edges ``q_i -/+ delta`` of the sorted positive scores ``q``.
 
-    H is continuous, so a query exactly on a band edge gives the same contribution whichever
-    side rounding puts it on.
+    A source in gap ``g`` (``g`` edges below it) lies fully above the positives
+    ``[0, above_end[g])`` and inside the band of the positives ``[above_end[g], band_end[g])``.
     """
-    start = torch.bucketize(sources, sorted_queries + delta, out_int32=True, right=False)
-    end = torch.bucketize(sources, sorted_queries - delta, out_int32=True, right=True)
-    return start, end
 
+    delta: float
+    edges: Tensor
+    above_end: Tensor
+    band_end: Tensor
 
-def _sum_over_sources(
-    sorted_queries: Tensor, sources: Tensor, weights: Optional[Tensor], start: Tensor, end: Tensor, delta: float
-) -> Tensor:
-    """``sum_j u_j H(v_j - q_i)`` for every sorted query ``q_i`` (bucket counts + prefix sums);
-    ``weights=None`` means unit weights (counts)."""
-    size = sorted_queries.numel() + 1
-    inv_two_delta = 0.5 / delta
-    if weights is None:
-        starts = torch.bincount(start, minlength=size).double()
-        slope = starts - torch.bincount(end, minlength=size).double()
-        constant = sources * inv_two_delta + 0.5
-    else:
-        starts = sources.new_zeros(size).index_add_(0, start, weights)
-        slope = starts - sources.new_zeros(size).index_add_(0, end, weights)
-        constant = weights * (sources * inv_two_delta + 0.5)
-    band_constant = sources.new_zeros(size).index_add_(0, start, constant).index_add_(0, end, -constant)
-    # Sources fully above query i are those with start > i: a suffix sum of the start buckets.
-    above = torch.flip(torch.cumsum(torch.flip(starts, [0]), 0), [0])[1:]
-    band_constant = torch.cumsum(band_constant, 0)[:-1]
-    band_slope = torch.cumsum(slope, 0)[:-1]
-    return above + band_constant - band_slope * sorted_queries * inv_two_delta
+    @staticmethod
+    def of(sorted_scores: Tensor, delta: float) -> "BandEdges":
+        upper = sorted_scores + delta
+        edges, order = torch.sort(torch.cat([upper, sorted_scores - delta]))
+        is_upper = order < len(upper)
+        return BandEdges(delta, edges, _exclusive_cumsum(is_upper.long()), _exclusive_cumsum((~is_upper).long()))
 
+    @property
+    def num_gaps(self) -> int:
+        return self.edges.numel() + 1
 
-def _sum_over_queries(
-    sorted_queries: Tensor, weights: Tensor, sources: Tensor, start: Tensor, end: Tensor, delta: float
-) -> Tensor:
-    """``sum_i w_i H(v_j - q_i)`` for every source ``v_j`` (prefix sums over the queries)."""
-    inv_two_delta = 0.5 / delta
-    prefix = _exclusive_cumsum(weights)
-    prefix_weighted = _exclusive_cumsum(weights * sorted_queries)
-    band_weight = prefix[end] - prefix[start]
-    band_weighted_query = prefix_weighted[end] - prefix_weighted[start]
-    band = band_weight * (sources * inv_two_delta + 0.5) - band_weighted_query * inv_two_delta
-    return prefix[start] + band
+    def locate(self, values: Tensor) -> Tensor:
+        """The gap of every value (int32)."""
+        return torch.bucketize(values, self.edges, out_int32=True)
+
+    def sum_at_positives(
+        self, queries: Tensor, gap: Tensor, weights: Optional[Tensor], weighted_values: Tensor
+    ) -> Tensor:
+        """``sum_j u_j H(v_j - q_i)`` for every sorted positive ``q_i``, from the sources' gaps,
+        weights ``u`` (``None``: all 1) and ``u * v``: per-gap sums scattered to where the
+        gaps' prefixes end."""
+        size = self.num_gaps
+        inv_two_delta = 0.5 / self.delta
+        if weights is None:
+            gap_weight = torch.bincount(gap, minlength=size).to(queries.dtype)
+        else:
+            gap_weight = queries.new_zeros(size).index_add_(0, gap, weights)
+        gap_constant = queries.new_zeros(size).index_add_(0, gap, weighted_values) * inv_two_delta + 0.5 * gap_weight
+        num = queries.numel()
+        above = queries.new_zeros(num + 1).index_add_(0, self.above_end, gap_weight)
+        band = queries.new_zeros(2, num + 1)
+        for row, value in enumerate((gap_constant, gap_weight)):
+            band[row].index_add_(0, self.above_end, value).index_add_(0, self.band_end, -value)
+        # Sources above query i: gaps whose above-prefix ends after i (a suffix sum).
+        above = torch.flip(torch.cumsum(torch.flip(above, [0]), 0), [0])[1:]
+        band = torch.cumsum(band, 1)[:, :-1]
+        return above + band[0] - band[1] * queries * inv_two_delta
+
+    def sum_at_sources(self, queries: Tensor, weights: Tensor, gap: Tensor, values: Tensor) -> Tensor:
+        """``sum_i w_i H(v_j - q_i)`` for every source ``v_j`` in ``gap``: ``A[gap] + B[gap] v``."""
+        inv_two_delta = 0.5 / self.delta
+        prefix = _exclusive_cumsum(weights)
+        prefix_weighted = _exclusive_cumsum(weights * queries)
+        above = prefix[self.above_end]
+        band_weight = prefix[self.band_end] - above
+        band_weighted_query = prefix_weighted[self.band_end] - prefix_weighted[self.above_end]
+        intercept = above + 0.5 * band_weight - band_weighted_query * inv_two_delta
+        slope = band_weight * inv_two_delta
+        return torch.addcmul(intercept[gap], slope[gap], values)
 
 
 @dataclass(frozen=True)
@@ -92,29 +112,28 @@ class PositiveRanking:
     ``x_ij`` unchanged and keeps the prefix sums small.
 
     Attributes:
-        delta: smoothness of H.
         positive_index: (P,) index into the flattened logits of each sorted positive.
         positive_order: (P,) position of each sorted positive among the positives taken in
             the order of the flattened logits (to gather per-positive inputs such as E_loc).
-        negative_index: (N,) index of each relevant negative (score >= min positive - delta,
-            App. E line 8; the others have H(x_ij) = 0 for every positive).
-        positive_scores, negative_scores: (P,) sorted and (N,) scores.
-        negative_bands, positive_bands: band ranges (see :func:`_bands`) of the negatives
-            and of the positives among the sorted positives.
+        negative_mask: (M,) the relevant negatives (score >= min positive - delta, App. E
+            line 8; the others have H(x_ij) = 0 for every positive).
+        positive_scores, negative_scores: (P,) sorted and (N,) relevant-negative scores, the
+            latter in the order of the flattened logits.
+        edges: the band edges of the positives; positive_gap, negative_gap: each score's gap.
         num_false_positives: (P,) N_FP(i) = sum_{j in N} H(x_ij) (App. E line 24).
         rank_positive: (P,) rank^+(i) = 1 + sum_{k in P, k != i} H(x_ik) (line 23).
         rank: (P,) rank(i) = rank^+(i) + N_FP(i) (line 25).
         tie_first: (P,) first sorted position holding the same score.
     """
 
-    delta: float
     positive_index: Tensor
     positive_order: Tensor
-    negative_index: Tensor
+    negative_mask: Tensor
     positive_scores: Tensor
     negative_scores: Tensor
-    negative_bands: Tuple[Tensor, Tensor]
-    positive_bands: Tuple[Tensor, Tensor]
+    edges: BandEdges
+    positive_gap: Tensor
+    negative_gap: Tensor
     num_false_positives: Tensor
     rank_positive: Tensor
     rank: Tensor
@@ -137,28 +156,29 @@ class PositiveRanking:
         positive_scores = positive_scores - offset
 
         # Relevant negatives (line 8). Rounding the float64 threshold down to the logits'
-        # dtype may admit a few extra negatives; their band is empty, so they add nothing.
+        # dtype may admit a few extra negatives; they fall below every band edge and add nothing.
         threshold = (offset - delta).to(logits.dtype)
         threshold = torch.where(
             threshold.double() > offset - delta, torch.nextafter(threshold, threshold.new_tensor(-torch.inf)), threshold
         )
-        negative_index = torch.nonzero(negative_mask & (logits >= threshold)).squeeze(1)
-        negative_scores = logits[negative_index].double() - offset
+        negative_mask = negative_mask & (logits >= threshold)
+        negative_scores = logits[negative_mask].double().sub_(offset)
 
-        negative_bands = _bands(positive_scores, negative_scores, delta)
-        positive_bands = _bands(positive_scores, positive_scores, delta)
-        num_false_positives = _sum_over_sources(positive_scores, negative_scores, None, *negative_bands, delta)
+        edges = BandEdges.of(positive_scores, delta)
+        positive_gap = edges.locate(positive_scores)
+        negative_gap = edges.locate(negative_scores)
+        num_false_positives = edges.sum_at_positives(positive_scores, negative_gap, None, negative_scores)
         # rank^+ = 1 + sum_{k != i} H(x_ik): the sum over all k includes the self term H(0) = 0.5.
-        rank_positive = 0.5 + _sum_over_sources(positive_scores, positive_scores, None, *positive_bands, delta)
+        rank_positive = 0.5 + edges.sum_at_positives(positive_scores, positive_gap, None, positive_scores)
         return PositiveRanking(
-            delta=delta,
             positive_index=positive_index,
             positive_order=order,
-            negative_index=negative_index,
+            negative_mask=negative_mask,
             positive_scores=positive_scores,
             negative_scores=negative_scores,
-            negative_bands=negative_bands,
-            positive_bands=positive_bands,
+            edges=edges,
+            positive_gap=positive_gap,
+            negative_gap=negative_gap,
             num_false_positives=num_false_positives,
             rank_positive=rank_positive,
             rank=rank_positive + num_false_positives,
@@ -172,9 +192,8 @@ class PositiveRanking:
     def positive_relation_sum(self, weights: Tensor) -> Tensor:
         """``sum_{k in P, k != i} w_k H(x_ik)`` for every sorted positive ``i`` (the self term
         H(0) = 0.5 is removed)."""
-        total = _sum_over_sources(
-            self.positive_scores, self.positive_scores, weights, *self.positive_bands, self.delta
-        )
+        scores = self.positive_scores
+        total = self.edges.sum_at_positives(scores, self.positive_gap, weights, weights * scores)
         return total - 0.5 * weights
 
     def negative_relation_sum(self, weights: Tensor) -> Tensor:
@@ -183,7 +202,7 @@ class PositiveRanking:
         With ``w_i = (l(i) - l*(i)) / N_FP(i)`` this is the error the positives distribute
         over negative ``j`` through p(j|i) = H(x_ij) / N_FP(i) (Alg. 1 line 4).
         """
-        return _sum_over_queries(self.positive_scores, weights, self.negative_scores, *self.negative_bands, self.delta)
+        return self.edges.sum_at_sources(self.positive_scores, weights, self.negative_gap, self.negative_scores)
 
     def step_cumsum(self, values: Tensor) -> Tensor:
         """``sum_{k in P, s_k >= s_i} v_k``: the cumulative sum of App. E line 14 in descending
