@@ -1,11 +1,12 @@
 """Config keys of alrp-d2 (``add_alrp_config``) and their validation."""
+
 from __future__ import annotations
 
 from detectron2.config import CfgNode as CN
 
 from .losses.localisation import LOC_ERROR_KINDS
 
-__all__ = ["add_alrp_config", "validate_alrp_config", "CLS_LOSSES", "MATCHERS"]
+__all__ = ["add_alrp_config", "validate_alrp_config", "require_config", "CLS_LOSSES", "MATCHERS"]
 
 CLS_LOSSES = ("alrp", "ap")
 MATCHERS = ("iou", "atss")
@@ -53,7 +54,8 @@ def add_alrp_config(cfg: CN) -> None:
     cfg.INPUT.SSD.MIN_CROP_SIZE = 0.3
 
 
-def _require(condition: bool, key: str, value, expectation: str) -> None:
+def require_config(condition: bool, key: str, value, expectation: str) -> None:
+    """Raises ValueError naming the config key when ``condition`` does not hold."""
     if not condition:
         raise ValueError(f"Invalid config value {key}={value!r}: {expectation}")
 
@@ -61,22 +63,24 @@ def _require(condition: bool, key: str, value, expectation: str) -> None:
 def validate_alrp_config(cfg: CN) -> None:
     """Raises ValueError naming the key of the first invalid aLRP setting."""
     alrp = cfg.MODEL.ALRP
-    _require(alrp.DELTA > 0, "MODEL.ALRP.DELTA", alrp.DELTA, "must be > 0")
-    _require(alrp.RPN_DELTA > 0, "MODEL.ALRP.RPN_DELTA", alrp.RPN_DELTA, "must be > 0")
-    _require(alrp.LOC_ERROR in LOC_ERROR_KINDS, "MODEL.ALRP.LOC_ERROR", alrp.LOC_ERROR, f"must be one of {LOC_ERROR_KINDS}")
-    _require(0.0 <= alrp.TAU < 1.0, "MODEL.ALRP.TAU", alrp.TAU, "must be in [0, 1)")
-    _require(0.0 <= alrp.RPN_TAU < 1.0, "MODEL.ALRP.RPN_TAU", alrp.RPN_TAU, "must be in [0, 1)")
-    _require(alrp.CLS_LOSS in CLS_LOSSES, "MODEL.ALRP.CLS_LOSS", alrp.CLS_LOSS, f"must be one of {CLS_LOSSES}")
-    _require(alrp.SB_INIT_WEIGHT > 0, "MODEL.ALRP.SB_INIT_WEIGHT", alrp.SB_INIT_WEIGHT, "must be > 0")
-    _require(
+    require_config(alrp.DELTA > 0, "MODEL.ALRP.DELTA", alrp.DELTA, "must be > 0")
+    require_config(alrp.RPN_DELTA > 0, "MODEL.ALRP.RPN_DELTA", alrp.RPN_DELTA, "must be > 0")
+    require_config(
+        alrp.LOC_ERROR in LOC_ERROR_KINDS, "MODEL.ALRP.LOC_ERROR", alrp.LOC_ERROR, f"must be one of {LOC_ERROR_KINDS}"
+    )
+    require_config(0.0 <= alrp.TAU < 1.0, "MODEL.ALRP.TAU", alrp.TAU, "must be in [0, 1)")
+    require_config(0.0 <= alrp.RPN_TAU < 1.0, "MODEL.ALRP.RPN_TAU", alrp.RPN_TAU, "must be in [0, 1)")
+    require_config(alrp.CLS_LOSS in CLS_LOSSES, "MODEL.ALRP.CLS_LOSS", alrp.CLS_LOSS, f"must be one of {CLS_LOSSES}")
+    require_config(alrp.SB_INIT_WEIGHT > 0, "MODEL.ALRP.SB_INIT_WEIGHT", alrp.SB_INIT_WEIGHT, "must be > 0")
+    require_config(
         isinstance(alrp.SB_PERIOD, int) and alrp.SB_PERIOD >= 0,
         "MODEL.ALRP.SB_PERIOD",
         alrp.SB_PERIOD,
         "must be an integer >= 0 (0: one epoch)",
     )
-    _require(alrp.LOC_WEIGHT > 0, "MODEL.ALRP.LOC_WEIGHT", alrp.LOC_WEIGHT, "must be > 0")
-    _require(alrp.MATCHER in MATCHERS, "MODEL.ALRP.MATCHER", alrp.MATCHER, f"must be one of {MATCHERS}")
-    _require(
+    require_config(alrp.LOC_WEIGHT > 0, "MODEL.ALRP.LOC_WEIGHT", alrp.LOC_WEIGHT, "must be > 0")
+    require_config(alrp.MATCHER in MATCHERS, "MODEL.ALRP.MATCHER", alrp.MATCHER, f"must be one of {MATCHERS}")
+    require_config(
         isinstance(alrp.ATSS_TOPK, int) and alrp.ATSS_TOPK >= 1, "MODEL.ALRP.ATSS_TOPK", alrp.ATSS_TOPK, "must be >= 1"
     )
-    _require(alrp.RPN_WEIGHT > 0, "MODEL.ALRP.RPN_WEIGHT", alrp.RPN_WEIGHT, "must be > 0")
+    require_config(alrp.RPN_WEIGHT > 0, "MODEL.ALRP.RPN_WEIGHT", alrp.RPN_WEIGHT, "must be > 0")

@@ -12,6 +12,7 @@ then prints COCO AP, AP50, AP75, AP90 and oLRP of each on ``shapes_val``. The pa
     python benchmarks/shapes_ablation.py                  # ~25 minutes on 2 CPU cores
     python benchmarks/shapes_ablation.py --iters 300      # quicker, less trained
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,8 +33,10 @@ CONFIG = os.path.join(ROOT, "configs", "quickstart", "alrp_retinanet_shapes.yaml
 VARIANTS: Dict[str, List[str]] = {
     "aLRP Loss (GIoU, SB)": [],
     "Focal Loss + Smooth L1": [
-        "MODEL.META_ARCHITECTURE", "RetinaNet",
-        "MODEL.RETINANET.BBOX_REG_WEIGHTS", "(1.0, 1.0, 1.0, 1.0)",
+        "MODEL.META_ARCHITECTURE",
+        "RetinaNet",
+        "MODEL.RETINANET.BBOX_REG_WEIGHTS",
+        "(1.0, 1.0, 1.0, 1.0)",
     ],
     "AP Loss + GIoU": ["MODEL.ALRP.CLS_LOSS", "ap", "MODEL.ALRP.SB_ENABLED", "False"],
 }
@@ -43,8 +46,19 @@ METRICS = ("AP", "AP50", "AP75", "AP90", "oLRP", "rho")  # oLRP: lower is better
 def train_and_evaluate(opts: List[str], output_dir: str, iters: int) -> Dict[str, float]:
     steps = f"({int(iters * 0.75)}, {int(iters * 11 / 12)})"
     args = default_argument_parser().parse_args(
-        ["--config-file", CONFIG, "OUTPUT_DIR", output_dir, "SOLVER.MAX_ITER", str(iters), "SOLVER.STEPS", steps,
-         "SOLVER.CHECKPOINT_PERIOD", str(iters), *opts]
+        [
+            "--config-file",
+            CONFIG,
+            "OUTPUT_DIR",
+            output_dir,
+            "SOLVER.MAX_ITER",
+            str(iters),
+            "SOLVER.STEPS",
+            steps,
+            "SOLVER.CHECKPOINT_PERIOD",
+            str(iters),
+            *opts,
+        ]
     )
     cfg = train_net.build_config(args)
     train_net.prepare_datasets(cfg)
@@ -69,7 +83,11 @@ def main() -> None:
     print("| loss | " + " | ".join(METRICS) + " |")
     print("|---|" + "---|" * len(METRICS))
     for name, result in results.items():
-        print(f"| {name} | " + " | ".join(f"{result[m]:.2f}" if m == "rho" else f"{result[m]:.1f}" for m in METRICS) + " |")
+        print(
+            f"| {name} | "
+            + " | ".join(f"{result[m]:.2f}" if m == "rho" else f"{result[m]:.1f}" for m in METRICS)
+            + " |"
+        )
 
 
 if __name__ == "__main__":

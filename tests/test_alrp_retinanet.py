@@ -1,4 +1,5 @@
 """aLRP RetinaNet: training steps of every variant, robustness, inference."""
+
 import itertools
 
 import pytest
@@ -15,7 +16,9 @@ from detectron2.utils.events import EventStorage  # noqa: E402
 from tiny_configs import tiny_batch, tiny_retinanet_cfg  # noqa: E402
 
 
-@pytest.mark.parametrize("matcher,loc_error,cls_loss", itertools.product(["iou", "atss"], ["giou", "iou"], ["alrp", "ap"]))
+@pytest.mark.parametrize(
+    "matcher,loc_error,cls_loss", itertools.product(["iou", "atss"], ["giou", "iou"], ["alrp", "ap"])
+)
 def test_training_step(matcher, loc_error, cls_loss):
     torch.manual_seed(0)
     model = build_model(tiny_retinanet_cfg(MATCHER=matcher, LOC_ERROR=loc_error, CLS_LOSS=cls_loss))
@@ -67,8 +70,17 @@ def test_non_finite_logits_stop_training_with_detectron2_error():
 
 @pytest.mark.parametrize(
     "key,value",
-    [("DELTA", 0.0), ("LOC_ERROR", "l1"), ("TAU", 1.0), ("CLS_LOSS", "focal"), ("SB_INIT_WEIGHT", -1.0),
-     ("SB_PERIOD", -5), ("LOC_WEIGHT", 0.0), ("MATCHER", "hungarian"), ("ATSS_TOPK", 0)],
+    [
+        ("DELTA", 0.0),
+        ("LOC_ERROR", "l1"),
+        ("TAU", 1.0),
+        ("CLS_LOSS", "focal"),
+        ("SB_INIT_WEIGHT", -1.0),
+        ("SB_PERIOD", -5),
+        ("LOC_WEIGHT", 0.0),
+        ("MATCHER", "hungarian"),
+        ("ATSS_TOPK", 0),
+    ],
 )
 def test_bad_config_fails_at_build_time_naming_the_key(key, value):
     with pytest.raises(ValueError, match=f"MODEL.ALRP.{key}"):

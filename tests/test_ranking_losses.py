@@ -1,4 +1,5 @@
 """The fast ranking losses against the loop transcription of App. E Alg. 2, and their edge cases."""
+
 from __future__ import annotations
 
 import pytest
@@ -95,7 +96,7 @@ def test_ignored_entries_do_not_change_anything():
     for a, b in zip(base[:2], extended[:2]):
         assert_relative(b, a, 1e-12)
     assert_relative(extended[2][: logits.numel()], base[2], 1e-12)
-    assert torch.all(extended[2][logits.numel():] == 0)
+    assert torch.all(extended[2][logits.numel() :] == 0)
 
 
 @pytest.mark.parametrize("seed", range(10))
@@ -231,10 +232,13 @@ def test_loc_component_gradcheck_wrt_boxes():
     logits = torch.randn(40, generator=gen, dtype=torch.float64)
     labels = torch.zeros(40, dtype=torch.long)
     labels[[1, 5, 9, 20, 33]] = 1
-    gt = torch.tensor([[0, 0, 10, 10], [5, 5, 20, 30], [2, 3, 8, 9], [0, 0, 4, 4], [10, 10, 30, 20]], dtype=torch.float64)
+    gt = torch.tensor(
+        [[0, 0, 10, 10], [5, 5, 20, 30], [2, 3, 8, 9], [0, 0, 4, 4], [10, 10, 30, 20]], dtype=torch.float64
+    )
     pred = (gt + torch.randn(5, 4, generator=gen, dtype=torch.float64)).requires_grad_(True)
 
     for kind in ("giou", "iou"):
+
         def loss_loc(boxes, kind=kind):
             return alrp_loss(logits, labels, loc_error(boxes, gt, kind=kind))[1]
 

@@ -1,4 +1,5 @@
 """Self-balance (paper Sec. 4.2, App. F.3): arithmetic on known storage values and exact resume."""
+
 from types import SimpleNamespace
 
 import pytest
@@ -42,7 +43,9 @@ def run(hook, model, storage, iterations):
             cls_value, loc_value = values[iteration]
             storage.put_scalars(**{f"sb/{name}/cls": cls_value, f"sb/{name}/loc": loc_value})
         hook.after_step()
-        weights.append({name: w.ranking_loss.loc_weight.value for name, w in (("alrp", model.first), ("rpn_alrp", model.second))})
+        weights.append(
+            {name: w.ranking_loss.loc_weight.value for name, w in (("alrp", model.first), ("rpn_alrp", model.second))}
+        )
     return weights
 
 

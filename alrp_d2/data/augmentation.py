@@ -18,6 +18,8 @@ from detectron2.data import transforms as T
 from detectron2.structures import Boxes, pairwise_iou
 from fvcore.transforms.transform import CropTransform, NoOpTransform, PadTransform, Transform
 
+from ..config import require_config
+
 __all__ = [
     "PhotometricDistortionParams",
     "PhotometricDistortion",
@@ -227,11 +229,6 @@ class RandomMinIoUCrop(T.Augmentation):
         return tuple(int(v) for v in patches[accepted[0]]) if len(accepted) else None
 
 
-def _check(condition: bool, key: str, value, expectation: str) -> None:
-    if not condition:
-        raise ValueError(f"Invalid config value {key}={value!r}: {expectation}")
-
-
 def _is_range(value, low: float) -> bool:
     return isinstance(value, (list, tuple)) and len(value) == 2 and low <= value[0] <= value[1]
 
@@ -239,42 +236,44 @@ def _is_range(value, low: float) -> bool:
 def validate_ssd_config(cfg: CfgNode) -> None:
     """Raises ValueError naming the first invalid ``INPUT.SSD`` key (or INPUT.FORMAT / MODEL.PIXEL_MEAN)."""
     ssd = cfg.INPUT.SSD
-    _check(isinstance(ssd.SIZE, int) and ssd.SIZE > 0, "INPUT.SSD.SIZE", ssd.SIZE, "must be an integer > 0")
-    _check(0 <= ssd.BRIGHTNESS_DELTA <= 255, "INPUT.SSD.BRIGHTNESS_DELTA", ssd.BRIGHTNESS_DELTA, "must be in [0, 255]")
-    _check(
+    require_config(isinstance(ssd.SIZE, int) and ssd.SIZE > 0, "INPUT.SSD.SIZE", ssd.SIZE, "must be an integer > 0")
+    require_config(
+        0 <= ssd.BRIGHTNESS_DELTA <= 255, "INPUT.SSD.BRIGHTNESS_DELTA", ssd.BRIGHTNESS_DELTA, "must be in [0, 255]"
+    )
+    require_config(
         _is_range(ssd.CONTRAST_RANGE, 0),
         "INPUT.SSD.CONTRAST_RANGE",
         ssd.CONTRAST_RANGE,
         "must be (low, high) with 0 <= low <= high",
     )
-    _check(
+    require_config(
         _is_range(ssd.SATURATION_RANGE, 0),
         "INPUT.SSD.SATURATION_RANGE",
         ssd.SATURATION_RANGE,
         "must be (low, high) with 0 <= low <= high",
     )
-    _check(0 <= ssd.HUE_DELTA <= 180, "INPUT.SSD.HUE_DELTA", ssd.HUE_DELTA, "must be in [0, 180] (degrees)")
-    _check(0 <= ssd.EXPAND_PROB <= 1, "INPUT.SSD.EXPAND_PROB", ssd.EXPAND_PROB, "must be in [0, 1]")
-    _check(
+    require_config(0 <= ssd.HUE_DELTA <= 180, "INPUT.SSD.HUE_DELTA", ssd.HUE_DELTA, "must be in [0, 180] (degrees)")
+    require_config(0 <= ssd.EXPAND_PROB <= 1, "INPUT.SSD.EXPAND_PROB", ssd.EXPAND_PROB, "must be in [0, 1]")
+    require_config(
         _is_range(ssd.EXPAND_RATIO_RANGE, 1),
         "INPUT.SSD.EXPAND_RATIO_RANGE",
         ssd.EXPAND_RATIO_RANGE,
         "must be (low, high) with 1 <= low <= high",
     )
-    _check(
+    require_config(
         isinstance(ssd.MIN_IOUS, (list, tuple)) and len(ssd.MIN_IOUS) > 0 and all(0 <= v <= 1 for v in ssd.MIN_IOUS),
         "INPUT.SSD.MIN_IOUS",
         ssd.MIN_IOUS,
         "must be a non-empty list of values in [0, 1]",
     )
-    _check(0 < ssd.MIN_CROP_SIZE <= 1, "INPUT.SSD.MIN_CROP_SIZE", ssd.MIN_CROP_SIZE, "must be in (0, 1]")
-    _check(
+    require_config(0 < ssd.MIN_CROP_SIZE <= 1, "INPUT.SSD.MIN_CROP_SIZE", ssd.MIN_CROP_SIZE, "must be in (0, 1]")
+    require_config(
         cfg.INPUT.FORMAT in SSD_IMAGE_FORMATS,
         "INPUT.FORMAT",
         cfg.INPUT.FORMAT,
         f"must be one of {SSD_IMAGE_FORMATS} with INPUT.SSD.ENABLED",
     )
-    _check(
+    require_config(
         len(cfg.MODEL.PIXEL_MEAN) == 3, "MODEL.PIXEL_MEAN", cfg.MODEL.PIXEL_MEAN, "must have 3 values (the Expand fill)"
     )
 
