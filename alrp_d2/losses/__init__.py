@@ -3,7 +3,7 @@ from .alrp import AlrpLossTerms, alrp_loss, alrp_loss_terms
 from .ap import ap_loss, ap_loss_terms
 from .error_driven import ErrorDrivenRankingLoss, NonFiniteInputError, RankingLossOutput
 from .localisation import loc_error, paired_iou_giou
-from .ranking import PositiveRanking, smooth_step
+from .ranking import PositiveRanking
 
 __all__ = [
     "AlrpLossTerms",
@@ -17,5 +17,4 @@ __all__ = [
     "ap_loss_terms",
     "loc_error",
     "paired_iou_giou",
-    "smooth_step",
 ]

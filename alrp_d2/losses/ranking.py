@@ -26,12 +26,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-__all__ = ["smooth_step", "PositiveRanking"]
-
-
-def smooth_step(x: Tensor, delta: float) -> Tensor:
-    """The piecewise-linear step function H of App. E, Eq. (14)."""
-    return (x / (2.0 * delta) + 0.5).clamp(0.0, 1.0)
+__all__ = ["BandEdges", "PositiveRanking"]
 
 
 def _exclusive_cumsum(x: Tensor) -> Tensor:
@@ -121,8 +116,8 @@ class PositiveRanking:
             latter in the order of the flattened logits.
         edges: the band edges of the positives; positive_gap, negative_gap: each score's gap.
         num_false_positives: (P,) N_FP(i) = sum_{j in N} H(x_ij) (App. E line 24).
-        rank_positive: (P,) rank^+(i) = 1 + sum_{k in P, k != i} H(x_ik) (line 23).
-        rank: (P,) rank(i) = rank^+(i) + N_FP(i) (line 25).
+        rank: (P,) rank(i) = rank^+(i) + N_FP(i) (line 25), with
+            rank^+(i) = 1 + sum_{k in P, k != i} H(x_ik) (line 23).
         tie_first: (P,) first sorted position holding the same score.
     """
 
@@ -135,7 +130,6 @@ class PositiveRanking:
     positive_gap: Tensor
     negative_gap: Tensor
     num_false_positives: Tensor
-    rank_positive: Tensor
     rank: Tensor
     tie_first: Tensor
 
@@ -180,7 +174,6 @@ class PositiveRanking:
             positive_gap=positive_gap,
             negative_gap=negative_gap,
             num_false_positives=num_false_positives,
-            rank_positive=rank_positive,
             rank=rank_positive + num_false_positives,
             tie_first=torch.searchsorted(positive_scores, positive_scores),
         )
