@@ -29,8 +29,6 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import tqdm
-from PIL import Image, UnidentifiedImageError
-
 from detectron2.config import CfgNode
 from detectron2.data import Metadata, MetadataCatalog
 from detectron2.data.detection_utils import read_image
@@ -38,9 +36,10 @@ from detectron2.engine import DefaultPredictor
 from detectron2.structures import Instances
 from detectron2.utils.logger import setup_logger
 from detectron2.utils.visualizer import Visualizer
+from PIL import Image, UnidentifiedImageError
 
+from alrp_d2.config import setup_cfg
 from alrp_d2.evaluation import filter_by_class_thresholds, load_lrp_thresholds
-from train_net import build_config
 
 __all__ = [
     "IMAGE_EXTENSIONS",
@@ -244,7 +243,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     setup_logger(name="fvcore")
     setup_logger()
     setup_logger(name="alrp_d2")
-    cfg = build_config(args)
+    cfg = setup_cfg(args.config_file, args.opts)
     cfg.freeze()
     confidence = 0.5 if args.confidence_threshold is None else args.confidence_threshold
     try:

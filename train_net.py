@@ -7,28 +7,20 @@
 
 On a machine without GPUs, ``--num-gpus N`` runs N CPU workers that communicate with gloo.
 """
+
 from __future__ import annotations
 
 import argparse
 
 from detectron2.checkpoint import DetectionCheckpointer
-from detectron2.config import CfgNode, get_cfg
+from detectron2.config import CfgNode
 from detectron2.engine import default_argument_parser, default_setup, launch
 from detectron2.evaluation import verify_results
 from detectron2.utils import comm
 
-from alrp_d2 import add_alrp_config
+from alrp_d2.config import setup_cfg
 from alrp_d2.data import SHAPES_DATASETS, register_shapes_datasets
 from alrp_d2.engine import AlrpTrainer
-
-
-def build_config(args: argparse.Namespace) -> CfgNode:
-    """detectron2's config with the aLRP keys, the config file and the trailing options."""
-    cfg = get_cfg()
-    add_alrp_config(cfg)
-    cfg.merge_from_file(args.config_file)
-    cfg.merge_from_list(args.opts)
-    return cfg
 
 
 def prepare_datasets(cfg: CfgNode) -> None:
@@ -38,7 +30,7 @@ def prepare_datasets(cfg: CfgNode) -> None:
 
 
 def main(args: argparse.Namespace):
-    cfg = build_config(args)
+    cfg = setup_cfg(args.config_file, args.opts)
     cfg.freeze()
     default_setup(cfg, args)
     prepare_datasets(cfg)
@@ -59,7 +51,7 @@ def main(args: argparse.Namespace):
 if __name__ == "__main__":
     arguments = default_argument_parser(epilog=__doc__).parse_args()
     print("Command Line Args:", arguments)
-    prepare_datasets(build_config(arguments))
+    prepare_datasets(setup_cfg(arguments.config_file, arguments.opts))
     launch(
         main,
         arguments.num_gpus,

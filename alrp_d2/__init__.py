@@ -4,6 +4,7 @@
 registers the meta-architectures, heads and datasets of the project in detectron2's
 registries and exposes :func:`add_alrp_config`.
 """
+
 import importlib.util
 
 __version__ = "0.1.0"

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Optional, Sequence
+
 from detectron2.config import CfgNode as CN
+from detectron2.config import get_cfg
 
-from .losses.localisation import LOC_ERROR_KINDS
+from .losses.localisation_error import LOC_ERROR_KINDS
 
-__all__ = ["add_alrp_config", "validate_alrp_config", "require_config", "CLS_LOSSES", "MATCHERS"]
+__all__ = ["add_alrp_config", "setup_cfg", "validate_alrp_config", "require_config", "CLS_LOSSES", "MATCHERS"]
 
 CLS_LOSSES = ("alrp", "ap")
 MATCHERS = ("iou", "atss")
@@ -52,6 +55,18 @@ def add_alrp_config(cfg: CN) -> None:
     cfg.INPUT.SSD.EXPAND_RATIO_RANGE = (1.0, 4.0)
     cfg.INPUT.SSD.MIN_IOUS = (0.1, 0.3, 0.5, 0.7, 0.9)
     cfg.INPUT.SSD.MIN_CROP_SIZE = 0.3
+
+
+def setup_cfg(config_file: Optional[str] = None, opts: Sequence[str] = ()) -> CN:
+    """detectron2's defaults, the aLRP keys, ``config_file`` and then the ``KEY VALUE`` pairs of
+    ``opts`` (the one config entry point of train_net.py, demo.py, tests and benchmarks, as
+    detectron2's ``demo/demo.py:setup_cfg``). The result is not frozen."""
+    cfg = get_cfg()
+    add_alrp_config(cfg)
+    if config_file:
+        cfg.merge_from_file(config_file)
+    cfg.merge_from_list(list(opts))
+    return cfg
 
 
 def require_config(condition: bool, key: str, value, expectation: str) -> None:

@@ -28,8 +28,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 
-from alrp_d2.losses import alrp_loss  # noqa: E402  (imported before any memory is measured)
 from loop_reference import alrp_loss_loop  # noqa: E402
+
+from alrp_d2.losses import alrp_loss  # noqa: E402  (imported before any memory is measured)
 
 CPU_CASES = [(1_000_000, 500), (4_000_000, 1500)]
 COCO_CASE = (8 * 32_736 * 80, 1500)
@@ -127,8 +128,7 @@ def main() -> None:
         loop_time, loop_mem, loop_out = measure("loop", num_logits, num_positives, args.device, 1)
         fast_time, fast_mem, fast_out = measure("fast", num_logits, num_positives, args.device, args.repeats)
         diffs: Dict[str, float] = {
-            name: max_relative_difference(a, b)
-            for name, a, b in zip(OUTPUT_NAMES, fast_out, loop_out)
+            name: max_relative_difference(a, b) for name, a, b in zip(OUTPUT_NAMES, fast_out, loop_out)
         }
         print(
             f"{num_logits:>11,} {num_positives:>5} | {loop_time:>9.3f} {fast_time:>9.4f} "

@@ -27,6 +27,7 @@ from detectron2.engine import default_argument_parser  # noqa: E402
 from detectron2.utils.logger import setup_logger  # noqa: E402
 
 import train_net  # noqa: E402
+from alrp_d2.config import setup_cfg  # noqa: E402
 from alrp_d2.engine import AlrpTrainer  # noqa: E402
 
 CONFIG = os.path.join(ROOT, "configs", "quickstart", "alrp_retinanet_shapes.yaml")
@@ -60,7 +61,7 @@ def train_and_evaluate(opts: List[str], output_dir: str, iters: int) -> Dict[str
             *opts,
         ]
     )
-    cfg = train_net.build_config(args)
+    cfg = setup_cfg(args.config_file, args.opts)
     train_net.prepare_datasets(cfg)
     trainer = AlrpTrainer(cfg)
     trainer.resume_or_load(resume=False)

@@ -17,6 +17,7 @@ expensive case for the ranking losses.
     python benchmarks/train_iter.py                                  # CPU: batch 2 at 512 px
     python benchmarks/train_iter.py --device cuda --batch 32 --iters 20
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,12 +32,13 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from detectron2.config import CfgNode, get_cfg  # noqa: E402
+from detectron2.config import CfgNode  # noqa: E402
 from detectron2.modeling import build_model  # noqa: E402
 from detectron2.structures import Boxes, Instances  # noqa: E402
 from detectron2.utils.events import EventStorage  # noqa: E402
 
-from alrp_d2 import add_alrp_config  # noqa: E402
+from alrp_d2.config import setup_cfg  # noqa: E402
+
 
 def to_focal_retinanet(cfg: CfgNode) -> None:
     cfg.MODEL.META_ARCHITECTURE = "RetinaNet"
@@ -54,9 +56,7 @@ PAIRS: Dict[str, Tuple[str, Callable[[CfgNode], None]]] = {
 
 
 def load_config(name: str, device: str, depth: int) -> CfgNode:
-    cfg = get_cfg()
-    add_alrp_config(cfg)
-    cfg.merge_from_file(os.path.join(ROOT, "configs", name))
+    cfg = setup_cfg(os.path.join(ROOT, "configs", name))
     cfg.MODEL.WEIGHTS = ""
     cfg.MODEL.DEVICE = device
     cfg.MODEL.RESNETS.DEPTH = depth

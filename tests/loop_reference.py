@@ -7,6 +7,7 @@ positive gradient uses the individual errors E_loc(k) weighted by the smoothed s
 counts tied positives together (H(x) = 1 for x >= 0, Sec. 2.1), which makes it independent
 of how a sort orders ties.
 """
+
 from __future__ import annotations
 
 from typing import Tuple

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from alrp_d2.losses import NonFiniteInputError, alrp_loss, alrp_loss_terms, ap_loss, ap_loss_terms, loc_error
-from loop_reference import alrp_loss_loop, ap_loss_loop
+
+from .loop_reference import alrp_loss_loop, ap_loss_loop
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 TOLERANCE = {torch.float64: 1e-6, torch.float32: 1e-5}

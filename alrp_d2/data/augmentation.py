@@ -138,7 +138,7 @@ class RandomExpand(T.Augmentation):
         if self._rand_range() >= self.prob:
             return NoOpTransform()
         h, w = image.shape[:2]
-        ratio = np.random.uniform(*self.ratio_range)
+        ratio = np.random.uniform(self.ratio_range[0], self.ratio_range[1])
         canvas_h, canvas_w = int(h * ratio), int(w * ratio)
         left = int(np.random.uniform(0, canvas_w - w))
         top = int(np.random.uniform(0, canvas_h - h))

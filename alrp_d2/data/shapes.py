@@ -206,11 +206,11 @@ def _paint_objects(rng: np.random.Generator, index: int, image: np.ndarray, owne
         full_areas.append(int(mask.sum()))
     for _ in range(rng.integers(1, _MAX_OBJECTS + 1)):
         class_id = int(rng.integers(len(SHAPES_CLASSES)))
-        mask = _place_shape(rng, class_id, owner, full_areas)
-        if mask is not None:
-            _paint(image, owner, mask, len(objects), rng)
+        placed = _place_shape(rng, class_id, owner, full_areas)
+        if placed is not None:
+            _paint(image, owner, placed, len(objects), rng)
             objects.append((class_id, 0))
-            full_areas.append(int(mask.sum()))
+            full_areas.append(int(placed.sum()))
     return objects
 
 
@@ -244,7 +244,8 @@ def _write_split(base: str, split: str, num_images: int, seed: int, image_size: 
     """Renders a split into ``base/<split>/*.jpg`` and ``base/annotations/instances_<split>.json``."""
     rng = np.random.default_rng(seed)
     os.makedirs(os.path.join(base, split))
-    images, annotations = [], []
+    images: List[Dict[str, Any]] = []
+    annotations: List[Dict[str, Any]] = []
     for image_id in range(1, num_images + 1):
         image, objects = _render_image(rng, image_id - 1, image_size)
         file_name = f"{image_id:06d}.jpg"

@@ -1,5 +1,6 @@
-"""Training engine: the trainer and the self-balance hook."""
-from .self_balance import SelfBalanceHook, self_balanced_weight
-from .trainer import AlrpTrainer, iterations_per_epoch, self_balance_period
+"""Training engine: the trainer and self-balance."""
 
-__all__ = ["AlrpTrainer", "SelfBalanceHook", "iterations_per_epoch", "self_balance_period", "self_balanced_weight"]
+from .self_balance import SelfBalanceHook, find_localisation_weights, self_balance_period
+from .trainer import AlrpTrainer
+
+__all__ = ["AlrpTrainer", "SelfBalanceHook", "find_localisation_weights", "self_balance_period"]

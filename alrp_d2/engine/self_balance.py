@@ -1,21 +1,75 @@
-"""Self-balance of the localisation component (paper Sec. 4.2, App. F.3)."""
+"""Self-balance of the localisation component (paper Sec. 4.2, App. F.3): the weight of each
+head's L_loc, the rule that updates it, the period and the hook that applies it."""
+
 from __future__ import annotations
 
 import logging
+import math
 from typing import Dict, List, Tuple
 
+from detectron2.config import CfgNode
+from detectron2.data import get_detection_dataset_dicts
 from detectron2.engine import HookBase
 from detectron2.utils import comm
+from torch import nn
 
-from ..modeling.ranking_loss import LocalisationWeight, find_localisation_weights
-
-__all__ = ["SelfBalanceHook", "self_balanced_weight"]
+__all__ = [
+    "LocalisationWeight",
+    "SelfBalanceHook",
+    "find_localisation_weights",
+    "iterations_per_epoch",
+    "self_balance_period",
+    "self_balanced_weight",
+]
 
 logger = logging.getLogger(__name__)
 
 
+class LocalisationWeight:
+    """The weight w_r of a head's localisation component.
+
+    Constant (``self_balanced=False``, paper Table 3) or maintained by
+    :class:`alrp_d2.engine.SelfBalanceHook` as mean(L) / mean(L_loc) of the previous period
+    (Sec. 4.2, App. F.3). Weighting the loss value of ``L_loc`` only scales the gradient with
+    respect to the boxes, because ``L_loc`` carries no score gradient (App. F.3).
+    """
+
+    def __init__(self, name: str, value: float, self_balanced: bool):
+        self.name = name
+        self.value = float(value)
+        self.self_balanced = self_balanced
+
+    def __repr__(self) -> str:
+        kind = "self-balanced" if self.self_balanced else "constant"
+        return f"LocalisationWeight({self.name!r}, {self.value:.4g}, {kind})"
+
+
+def find_localisation_weights(model: nn.Module) -> Dict[str, LocalisationWeight]:
+    """All localisation weights of a model's heads, by name (a DDP wrapper is looked through)."""
+    weights: Dict[str, LocalisationWeight] = {}
+    for module in model.modules():
+        weight = getattr(getattr(module, "ranking_loss", None), "loc_weight", None)
+        if isinstance(weight, LocalisationWeight):
+            if weight.name in weights and weights[weight.name] is not weight:
+                raise ValueError(f"two heads share the ranking-loss name {weight.name!r}")
+            weights[weight.name] = weight
+    return weights
+
+
+def iterations_per_epoch(cfg: CfgNode) -> int:
+    """ceil(training images / SOLVER.IMS_PER_BATCH), counting the images the loader keeps."""
+    dataset = get_detection_dataset_dicts(cfg.DATASETS.TRAIN, filter_empty=cfg.DATALOADER.FILTER_EMPTY_ANNOTATIONS)
+    return max(1, math.ceil(len(dataset) / cfg.SOLVER.IMS_PER_BATCH))
+
+
+def self_balance_period(cfg: CfgNode) -> int:
+    """MODEL.ALRP.SB_PERIOD, or one epoch when it is 0."""
+    return cfg.MODEL.ALRP.SB_PERIOD or iterations_per_epoch(cfg)
+
+
 def self_balanced_weight(sum_cls: float, sum_loc: float, previous: float) -> float:
-    """mean(L_cls + L_loc) / mean(L_loc) over a period, from the period's sums (errata 4).
+    """mean(L_cls + L_loc) / mean(L_loc) over a period, from the period's sums (docs/paper_notes.md,
+    "Self-balance ratio").
 
     A period without any localisation loss (no positive anywhere) keeps the previous weight.
     """

@@ -1,62 +1,54 @@
 """The detectron2 trainer of alrp-d2: SSD augmentation, LRP evaluation and self-balance."""
+
 from __future__ import annotations
 
-import logging
-import math
 import weakref
 from typing import List, Optional
 
+import torch
 from detectron2.checkpoint import DetectionCheckpointer
 from detectron2.config import CfgNode
-from detectron2.data import build_detection_test_loader, build_detection_train_loader, get_detection_dataset_dicts
+from detectron2.data import build_detection_test_loader, build_detection_train_loader
 from detectron2.engine import AMPTrainer, DefaultTrainer, SimpleTrainer, TrainerBase, create_ddp_model, hooks
 from detectron2.utils import comm
-from detectron2.utils.logger import setup_logger
 
 from ..data import build_alrp_mapper
 from ..evaluation import COCOLRPEvaluator
-from ..modeling import find_localisation_weights
-from .self_balance import SelfBalanceHook
+from .self_balance import SelfBalanceHook, find_localisation_weights, self_balance_period
 
-__all__ = ["AlrpTrainer", "iterations_per_epoch", "self_balance_period"]
-
-
-def iterations_per_epoch(cfg: CfgNode) -> int:
-    """ceil(training images / SOLVER.IMS_PER_BATCH), counting the images the loader keeps."""
-    dataset = get_detection_dataset_dicts(
-        cfg.DATASETS.TRAIN, filter_empty=cfg.DATALOADER.FILTER_EMPTY_ANNOTATIONS
-    )
-    return max(1, math.ceil(len(dataset) / cfg.SOLVER.IMS_PER_BATCH))
+__all__ = ["AlrpTrainer"]
 
 
-def self_balance_period(cfg: CfgNode) -> int:
-    """MODEL.ALRP.SB_PERIOD, or one epoch when it is 0."""
-    return cfg.MODEL.ALRP.SB_PERIOD or iterations_per_epoch(cfg)
+def runs_cpu_workers(cfg: CfgNode) -> bool:
+    """Whether this process is one of several workers training a CPU model (gloo)."""
+    return comm.get_world_size() > 1 and torch.device(cfg.MODEL.DEVICE).type == "cpu"
 
 
 class AlrpTrainer(DefaultTrainer):
     """detectron2's DefaultTrainer with the aLRP data pipeline, the LRP evaluator and the
-    self-balance hook.
+    self-balance hook (the ``build_*`` class methods, as detectron2's projects do).
 
-    It also builds DistributedDataParallel without ``device_ids`` for CPU models, which
-    PyTorch requires, so ``--num-gpus N`` on a CPU-only machine runs N gloo workers
-    (DefaultTrainer always passes ``device_ids=[local_rank]``).
+    detectron2's ``DefaultTrainer.__init__`` wraps the model with
+    ``create_ddp_model(model, broadcast_buffers=False)``, which always passes
+    ``device_ids=[local_rank]``; PyTorch rejects ``device_ids`` for a CPU module. For GPUs and
+    single-process runs this class uses ``DefaultTrainer.__init__`` unchanged. Only for several
+    CPU workers (``--num-gpus N`` without GPUs, gloo) does it build the trainer itself, with the
+    same steps and DDP without ``device_ids``; ``tests/d2/test_trainer_init.py`` pins those steps
+    to detectron2's source so that a detectron2 upgrade that changes them fails a test instead of
+    diverging silently.
     """
 
     def __init__(self, cfg: CfgNode):
+        if not runs_cpu_workers(cfg):
+            super().__init__(cfg)
+            return
         TrainerBase.__init__(self)
-        if not logging.getLogger("detectron2").isEnabledFor(logging.INFO):
-            setup_logger()
         cfg = DefaultTrainer.auto_scale_workers(cfg, comm.get_world_size())
-
         model = self.build_model(cfg)
         optimizer = self.build_optimizer(cfg, model)
         data_loader = self.build_train_loader(cfg)
-
-        ddp_kwargs = {"device_ids": None} if model.device.type == "cpu" else {}
-        model = create_ddp_model(model, broadcast_buffers=False, **ddp_kwargs)
+        model = create_ddp_model(model, broadcast_buffers=False, device_ids=None)
         self._trainer = (AMPTrainer if cfg.SOLVER.AMP.ENABLED else SimpleTrainer)(model, data_loader, optimizer)
-
         self.scheduler = self.build_lr_scheduler(cfg, optimizer)
         self.checkpointer = DetectionCheckpointer(model, cfg.OUTPUT_DIR, trainer=weakref.proxy(self))
         self.start_iter = 0

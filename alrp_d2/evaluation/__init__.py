@@ -1,13 +1,14 @@
 """Evaluation with LRP metrics (optimal LRP, its components, AP90, rank correlation) next to COCO
 AP, and inference filtered by the LRP-optimal per-class score thresholds.
 
-The numpy LRP computation (:mod:`.lrp`) imports without detectron2; the evaluator and the
-predictor, which need detectron2, are imported on first access."""
+The LRP metric (:mod:`.lrp_metric`) and the COCO matching (:mod:`.coco_matching`) import without
+detectron2; the evaluator and the predictor, which need detectron2, are imported on first access."""
 
 from importlib import import_module
 from typing import Any
 
-from .lrp import ClassResult, DetectionMatches, OptimalLRP, detection_matches, evaluate_classes, optimal_lrp, summarise
+from .coco_matching import detection_matches
+from .lrp_metric import ClassResult, DetectionMatches, OptimalLRP, evaluate_classes, optimal_lrp, summarise
 
 _DETECTRON2_NAMES = {
     "COCOLRPEvaluator": ".coco_lrp_evaluation",

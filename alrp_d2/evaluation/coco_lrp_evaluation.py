@@ -1,23 +1,22 @@
 """COCO evaluation with optimal LRP, AP at IoU 0.90 and the classification/localisation rank
-correlation next to COCO AP (see :mod:`alrp_d2.evaluation.lrp` for the definitions)."""
+correlation next to COCO AP (see :mod:`alrp_d2.evaluation.lrp_metric` for the definitions)."""
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 from typing import Dict, List, Optional, Sequence, Tuple
 
-import numpy as np
-from pycocotools.cocoeval import COCOeval
-from tabulate import tabulate
-
 import detectron2.utils.comm as comm
+import numpy as np
 from detectron2.evaluation import COCOEvaluator
 from detectron2.utils.file_io import PathManager
 from detectron2.utils.logger import create_small_table
+from pycocotools.cocoeval import COCOeval
+from tabulate import tabulate
 
-from .lrp import LRP_TAU, ClassResult, detection_matches, evaluate_classes, summarise
+from .coco_matching import detection_matches
+from .lrp_metric import LRP_TAU, ClassResult, evaluate_classes, summarise
 
 LRP_THRESHOLDS_FILE = "lrp_optimal_thresholds.json"
 AP90_IOU = 0.9
@@ -60,13 +59,8 @@ def per_class_olrp(class_names: Sequence[str], classes: Sequence[ClassResult]) -
 
 
 def per_class_table(rows: List[Tuple[str, float]]) -> str:
-    """Per-category oLRP in the layout of detectron2's per-category AP table."""
-    num_cols = min(6, len(rows) * 2)
-    flat = list(itertools.chain(*rows))
-    table_rows = itertools.zip_longest(*[flat[i::num_cols] for i in range(num_cols)])
-    return tabulate(
-        table_rows, tablefmt="pipe", floatfmt=".3f", headers=["category", "oLRP"] * (num_cols // 2), numalign="left"
-    )
+    """Per-category oLRP, one category a line."""
+    return tabulate(rows, tablefmt="pipe", floatfmt=".3f", headers=["category", "oLRP"], numalign="left")
 
 
 class COCOLRPEvaluator(COCOEvaluator):

@@ -9,7 +9,6 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 import torch
-
 from detectron2.config import CfgNode
 from detectron2.data import MetadataCatalog
 from detectron2.engine import DefaultPredictor

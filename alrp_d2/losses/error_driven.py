@@ -1,13 +1,13 @@
 """The generalised error-driven update for ranking-based losses (paper Sec. 3, Alg. 1)."""
+
 from __future__ import annotations
 
 from typing import Any, NamedTuple, Optional, Tuple
 
 import torch
 from torch import Tensor
-from torch.autograd.function import FunctionCtx
 
-from .ranking import PositiveRanking
+from .relation_sums import PositiveRanking
 
 __all__ = [
     "ErrorDrivenRankingLoss",
@@ -123,7 +123,7 @@ class ErrorDrivenRankingLoss(torch.autograd.Function):
 
     @staticmethod
     def forward(
-        ctx: FunctionCtx,
+        ctx: Any,
         logits: Tensor,
         ranking: PositiveRanking,
         errors: Tensor,

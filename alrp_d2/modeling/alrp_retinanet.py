@@ -1,20 +1,20 @@
 """aLRP RetinaNet: detectron2's RetinaNet trained with aLRP Loss (paper Sec. 5)."""
+
 from __future__ import annotations
 
 from typing import Dict, List
 
 import torch
-from torch import Tensor
-
 from detectron2.config import configurable
 from detectron2.layers import cat
 from detectron2.modeling import META_ARCH_REGISTRY, RetinaNet
 from detectron2.structures import Boxes, Instances
 from detectron2.utils.events import get_event_storage
+from torch import Tensor
 
 from ..config import validate_alrp_config
 from .atss import AtssMatcher
-from .ranking_loss import DetectionRankingLoss, build_ranking_loss, class_ranking_labels, dense_loc_errors
+from .head_loss import DetectionRankingLoss, build_ranking_loss, class_ranking_labels, dense_loc_errors
 
 __all__ = ["AlrpRetinaNet"]
 
@@ -82,11 +82,11 @@ class AlrpRetinaNet(RetinaNet):
     ) -> Dict[str, Tensor]:
         """aLRP Loss of the batch: ``loss_<name>_cls`` and ``loss_<name>_loc`` (see
         :class:`DetectionRankingLoss`; the name is MODEL.ALRP.CLS_LOSS)."""
-        gt_labels = torch.stack(gt_labels)  # (N, R)
-        positive = (gt_labels >= 0) & (gt_labels != self.num_classes)
+        anchor_labels = torch.stack(gt_labels)  # (N, R)
+        positive = (anchor_labels >= 0) & (anchor_labels != self.num_classes)
         loc_errors = dense_loc_errors(
             self.box2box_transform, anchors, pred_anchor_deltas, gt_boxes, positive, self.loc_error_kind, self.tau
         )
-        get_event_storage().put_scalar("num_pos_anchors", len(loc_errors) / len(gt_labels))
-        labels = class_ranking_labels(gt_labels, self.num_classes)
+        get_event_storage().put_scalar("num_pos_anchors", len(loc_errors) / len(anchor_labels))
+        labels = class_ranking_labels(anchor_labels, self.num_classes)
         return self.ranking_loss(cat(pred_logits, dim=1).flatten(), labels.flatten(), loc_errors)

@@ -1,22 +1,22 @@
 """The box head of aLRP Faster R-CNN: sigmoid classifiers trained with aLRP Loss over all
 proposals, without sampling (paper Sec. 5.4, App. G.4)."""
+
 from __future__ import annotations
 
 from typing import Dict, List, Tuple
 
 import torch
-from torch import Tensor, nn
-from torch.nn import functional as F
-
 from detectron2.config import CfgNode, configurable
 from detectron2.layers import ShapeSpec, cat, nonzero_tuple
 from detectron2.modeling import ROI_HEADS_REGISTRY, StandardROIHeads
 from detectron2.modeling.roi_heads import FastRCNNOutputLayers
 from detectron2.structures import Instances
+from torch import Tensor, nn
+from torch.nn import functional as F
 
 from ..config import validate_alrp_config
 from ..losses import loc_error
-from .ranking_loss import DetectionRankingLoss, build_ranking_loss, class_ranking_labels
+from .head_loss import DetectionRankingLoss, build_ranking_loss, class_ranking_labels
 
 __all__ = ["AlrpFastRCNNOutputLayers", "AlrpROIHeads"]
 
@@ -51,7 +51,7 @@ class AlrpFastRCNNOutputLayers(FastRCNNOutputLayers):
             kwargs: :class:`FastRCNNOutputLayers` arguments (its loss ones unused).
         """
         super().__init__(input_shape, **kwargs)
-        self.cls_score = nn.Linear(self.cls_score.in_features, self.num_classes)
+        self.cls_score = nn.Linear(self.cls_score.in_features, self.num_classes)  # type: ignore[has-type]
         nn.init.normal_(self.cls_score.weight, std=0.01)
         nn.init.constant_(self.cls_score.bias, 0)
         self.ranking_loss = ranking_loss

@@ -1,21 +1,21 @@
 """The RPN of aLRP Faster R-CNN: detectron2's RPN trained with aLRP Loss, without sampling
 (paper Sec. 5.4, App. G.4)."""
+
 from __future__ import annotations
 
 from typing import Dict, List
 
 import torch
-from torch import Tensor
-
 from detectron2.config import CfgNode, configurable
 from detectron2.layers import ShapeSpec, cat
 from detectron2.modeling import PROPOSAL_GENERATOR_REGISTRY
 from detectron2.modeling.proposal_generator import RPN
 from detectron2.structures import Boxes
 from detectron2.utils.events import get_event_storage
+from torch import Tensor
 
 from ..config import validate_alrp_config
-from .ranking_loss import DetectionRankingLoss, build_ranking_loss, dense_loc_errors
+from .head_loss import DetectionRankingLoss, build_ranking_loss, dense_loc_errors
 
 __all__ = ["AlrpRPN"]
 
@@ -66,9 +66,9 @@ class AlrpRPN(RPN):
         gt_boxes: List[Tensor],
     ) -> Dict[str, Tensor]:
         """aLRP Loss of the batch over the anchors labelled 1 (positive) or 0 (negative)."""
-        gt_labels = torch.stack(gt_labels)  # (N, R) in {-1, 0, 1}
+        labels = torch.stack(gt_labels)  # (N, R) in {-1, 0, 1}
         loc_errors = dense_loc_errors(
-            self.box2box_transform, anchors, pred_anchor_deltas, gt_boxes, gt_labels == 1, self.loc_error_kind, self.tau
+            self.box2box_transform, anchors, pred_anchor_deltas, gt_boxes, labels == 1, self.loc_error_kind, self.tau
         )
-        get_event_storage().put_scalar("rpn/num_pos_anchors", len(loc_errors) / len(gt_labels))
-        return self.ranking_loss(cat(pred_objectness_logits, dim=1).flatten(), gt_labels.flatten(), loc_errors)
+        get_event_storage().put_scalar("rpn/num_pos_anchors", len(loc_errors) / len(labels))
+        return self.ranking_loss(cat(pred_objectness_logits, dim=1).flatten(), labels.flatten(), loc_errors)

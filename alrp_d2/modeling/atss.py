@@ -1,14 +1,14 @@
 """Adaptive Training Sample Selection (Zhang et al., "Bridging the Gap Between Anchor-based and
 Anchor-free Detection via Adaptive Training Sample Selection", CVPR 2020, Alg. 1)."""
+
 from __future__ import annotations
 
 from itertools import accumulate
 from typing import List, Tuple
 
 import torch
-from torch import Tensor
-
 from detectron2.structures import Boxes, pairwise_iou
+from torch import Tensor
 
 __all__ = ["AtssMatcher"]
 
@@ -79,4 +79,3 @@ class AtssMatcher:
         x1, y1, x2, y2 = (coord[:, None] for coord in gt_boxes.unbind(-1))
         margins = torch.stack([x - x1, y - y1, x2 - x, y2 - y], dim=-1)
         return margins.min(dim=-1).values > self.INSIDE_MARGIN
-

@@ -4,16 +4,11 @@ import itertools
 
 import pytest
 import torch
+from detectron2.engine import SimpleTrainer
+from detectron2.modeling import build_model
+from detectron2.utils.events import EventStorage
 
-from conftest import DETECTRON2_SKIP_REASON
-
-pytest.importorskip("detectron2", reason=DETECTRON2_SKIP_REASON)
-
-from detectron2.engine import SimpleTrainer  # noqa: E402
-from detectron2.modeling import build_model  # noqa: E402
-from detectron2.utils.events import EventStorage  # noqa: E402
-
-from tiny_configs import tiny_batch, tiny_retinanet_cfg  # noqa: E402
+from .tiny_configs import tiny_batch, tiny_retinanet_cfg
 
 
 @pytest.mark.parametrize(

@@ -1,14 +1,10 @@
 """ATSS assignment on hand-made cases and against a per-GT loop transcription of ATSS Alg. 1."""
+
 import pytest
 import torch
+from detectron2.structures import Boxes, pairwise_iou
 
-from conftest import DETECTRON2_SKIP_REASON
-
-pytest.importorskip("detectron2", reason=DETECTRON2_SKIP_REASON)
-
-from detectron2.structures import Boxes, pairwise_iou  # noqa: E402
-
-from alrp_d2.modeling import AtssMatcher  # noqa: E402
+from alrp_d2.modeling import AtssMatcher
 
 
 def boxes(*rows):
@@ -26,9 +22,9 @@ def atss_loop(gt: Boxes, levels, topk):
         gt_center = gt.get_centers()[g]
         candidates, start = [], 0
         for level in levels:
-            dist = (centers[start:start + len(level)] - gt_center).norm(dim=1)
+            dist = (centers[start : start + len(level)] - gt_center).norm(dim=1)
             order = sorted(range(len(level)), key=lambda i: (dist[i].item(), i))
-            candidates += [start + i for i in order[:min(topk, len(level))]]
+            candidates += [start + i for i in order[: min(topk, len(level))]]
             start += len(level)
         cand_ious = ious[g, candidates]
         threshold = cand_ious.mean() + (cand_ious.std() if len(candidates) > 1 else 0.0)

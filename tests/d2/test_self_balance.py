@@ -3,16 +3,11 @@
 from types import SimpleNamespace
 
 import pytest
+from detectron2.utils.events import EventStorage
 from torch import nn
 
-from conftest import DETECTRON2_SKIP_REASON
-
-pytest.importorskip("detectron2", reason=DETECTRON2_SKIP_REASON)
-
-from detectron2.utils.events import EventStorage  # noqa: E402
-
-from alrp_d2.engine import SelfBalanceHook, self_balanced_weight  # noqa: E402
-from alrp_d2.modeling import DetectionRankingLoss, LocalisationWeight  # noqa: E402
+from alrp_d2.engine.self_balance import LocalisationWeight, SelfBalanceHook, self_balanced_weight
+from alrp_d2.modeling import DetectionRankingLoss
 
 # (L_cls, L_loc) written by two heads at iterations 0..6.
 VALUES = {

@@ -1,25 +1,17 @@
 """aLRP Faster R-CNN (paper Sec. 5.4, App. G.4): training steps without sampling, the RPN
 weight, two independent self-balance weights, zero-positive batches, inference."""
+
 import pytest
 import torch
+from detectron2.modeling import build_model
+from detectron2.modeling.matcher import Matcher
+from detectron2.structures import Boxes, pairwise_iou
+from detectron2.utils.events import EventStorage
 
-from conftest import DETECTRON2_SKIP_REASON
+from alrp_d2.engine.self_balance import find_localisation_weights
+from alrp_d2.modeling import AlrpFastRCNNOutputLayers, AlrpROIHeads, AlrpRPN, DetectionRankingLoss
 
-pytest.importorskip("detectron2", reason=DETECTRON2_SKIP_REASON)
-
-from detectron2.modeling import build_model  # noqa: E402
-from detectron2.modeling.matcher import Matcher  # noqa: E402
-from detectron2.structures import Boxes, pairwise_iou  # noqa: E402
-from detectron2.utils.events import EventStorage  # noqa: E402
-
-from alrp_d2.modeling import (  # noqa: E402
-    AlrpFastRCNNOutputLayers,
-    AlrpROIHeads,
-    AlrpRPN,
-    DetectionRankingLoss,
-    find_localisation_weights,
-)
-from tiny_configs import load_config, tiny_batch, tiny_faster_rcnn_cfg  # noqa: E402
+from .tiny_configs import load_config, tiny_batch, tiny_faster_rcnn_cfg
 
 NUM_CLASSES = 3
 LOSS_NAMES = {"loss_rpn_alrp_cls", "loss_rpn_alrp_loc", "loss_box_alrp_cls", "loss_box_alrp_loc"}
@@ -106,8 +98,7 @@ def test_box_head_ranks_all_proposals_and_gt_boxes_times_classes(ranking_inputs)
     train_losses(model, data)
 
     boxes = [
-        Boxes.cat([proposals.proposal_boxes, x["instances"].gt_boxes])
-        for proposals, x in zip(rpn_outputs[0], data)
+        Boxes.cat([proposals.proposal_boxes, x["instances"].gt_boxes]) for proposals, x in zip(rpn_outputs[0], data)
     ]
     num_positives = sum(
         int((pairwise_iou(x["instances"].gt_boxes, b).max(dim=0).values >= 0.5).sum())
@@ -187,8 +178,13 @@ def test_inference_returns_instances_with_sigmoid_scores():
 
 @pytest.mark.parametrize(
     "key,value",
-    [("MODEL.ALRP.RPN_WEIGHT", 0.0), ("MODEL.ALRP.RPN_TAU", 1.0), ("MODEL.ALRP.RPN_DELTA", 0.0),
-     ("MODEL.ALRP.TAU", -0.1), ("MODEL.ROI_BOX_HEAD.CLS_AGNOSTIC_BBOX_REG", True)],
+    [
+        ("MODEL.ALRP.RPN_WEIGHT", 0.0),
+        ("MODEL.ALRP.RPN_TAU", 1.0),
+        ("MODEL.ALRP.RPN_DELTA", 0.0),
+        ("MODEL.ALRP.TAU", -0.1),
+        ("MODEL.ROI_BOX_HEAD.CLS_AGNOSTIC_BBOX_REG", True),
+    ],
 )
 def test_bad_config_fails_at_build_time_naming_the_key(key, value):
     cfg = tiny_faster_rcnn_cfg()

@@ -9,26 +9,22 @@ import uuid
 
 import numpy as np
 import pytest
+import torch
+from detectron2.config import get_cfg
+from detectron2.data import DatasetCatalog
+from detectron2.data.datasets import register_coco_instances
+from detectron2.engine import DefaultPredictor
+from detectron2.structures import Boxes, BoxMode, Instances
 
-from conftest import DETECTRON2_SKIP_REASON
-
-pytest.importorskip("detectron2", reason=DETECTRON2_SKIP_REASON)
-
-import torch  # noqa: E402
-from detectron2.config import get_cfg  # noqa: E402
-from detectron2.data import DatasetCatalog  # noqa: E402
-from detectron2.data.datasets import register_coco_instances  # noqa: E402
-from detectron2.engine import DefaultPredictor  # noqa: E402
-from detectron2.structures import Boxes, BoxMode, Instances  # noqa: E402
-
-from alrp_d2.evaluation import (  # noqa: E402
+from alrp_d2.evaluation import (
     LRP_THRESHOLDS_FILE,
     COCOLRPEvaluator,
     LRPThresholdPredictor,
     filter_by_class_thresholds,
     load_lrp_thresholds,
 )
-from test_lrp_metrics import (  # noqa: E402
+
+from ..lrp_cases import (
     CLASS_NAMES,
     HAND_DETECTIONS,
     HAND_EXPECTED_A,

@@ -3,23 +3,19 @@
 import os
 
 import pytest
-from conftest import DETECTRON2_SKIP_REASON
+from detectron2.data import DatasetCatalog, MetadataCatalog
+from detectron2.data.datasets import load_coco_json
+from detectron2.evaluation import COCOEvaluator
+from pycocotools.coco import COCO
 
-pytest.importorskip("detectron2", reason=DETECTRON2_SKIP_REASON)
-
-from detectron2.data import DatasetCatalog, MetadataCatalog  # noqa: E402
-from detectron2.data.datasets import load_coco_json  # noqa: E402
-from detectron2.evaluation import COCOEvaluator  # noqa: E402
-from pycocotools.coco import COCO  # noqa: E402
-
-from alrp_d2.data import (  # noqa: E402
+from alrp_d2.data import shapes
+from alrp_d2.data.shapes import (
     SHAPES_CLASSES,
     SHAPES_DATASETS,
     prepare_shapes_dataset,
     register_shapes_datasets,
     shapes_paths,
 )
-from alrp_d2.data import shapes  # noqa: E402
 
 SMALL = {"train": 50, "val": 8}
 

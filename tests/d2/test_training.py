@@ -1,5 +1,6 @@
 """The trainer end to end on a small synthetic dataset: self-balance through checkpoints and
 distributed workers, --eval-only, DefaultPredictor. Tiny models, a few iterations, CPU."""
+
 import itertools
 import json
 import os
@@ -8,21 +9,17 @@ import shutil
 import numpy as np
 import pytest
 import torch
+from detectron2.data import DatasetCatalog
+from detectron2.data.datasets import register_coco_instances
+from detectron2.engine import DefaultPredictor, default_argument_parser, launch
+from detectron2.structures import Instances
 
-from conftest import DETECTRON2_SKIP_REASON
+import train_net
+from alrp_d2.config import setup_cfg
+from alrp_d2.data.shapes import prepare_shapes_dataset, shapes_paths
+from alrp_d2.engine import AlrpTrainer, SelfBalanceHook, find_localisation_weights, self_balance_period
 
-pytest.importorskip("detectron2", reason=DETECTRON2_SKIP_REASON)
-
-from detectron2.data import DatasetCatalog  # noqa: E402
-from detectron2.data.datasets import register_coco_instances  # noqa: E402
-from detectron2.engine import DefaultPredictor, default_argument_parser, launch  # noqa: E402
-from detectron2.structures import Instances  # noqa: E402
-
-import train_net  # noqa: E402
-from alrp_d2.data import prepare_shapes_dataset, shapes_paths  # noqa: E402
-from alrp_d2.engine import AlrpTrainer, SelfBalanceHook, self_balance_period  # noqa: E402
-from alrp_d2.modeling import find_localisation_weights  # noqa: E402
-from tiny_configs import tiny_faster_rcnn_cfg, tiny_retinanet_cfg  # noqa: E402
+from .tiny_configs import tiny_faster_rcnn_cfg, tiny_retinanet_cfg
 
 SMALL = {"train": 16, "val": 8}
 TRAIN, VAL = "test_shapes_train", "test_shapes_val"
@@ -133,7 +130,7 @@ def _gloo_worker(config_file: str, shapes_root: str, report_dir: str) -> None:
     from detectron2.utils import comm
 
     register_small_shapes(shapes_root)
-    cfg = train_net.build_config(default_argument_parser().parse_args(["--config-file", config_file]))
+    cfg = setup_cfg(config_file)
     trainer = AlrpTrainer(cfg)
     trainer.resume_or_load(resume=False)
     trainer.train()

@@ -1,4 +1,5 @@
 """Localisation errors E_loc of positives (paper Sec. 2.2 and App. E line 12)."""
+
 from __future__ import annotations
 
 from typing import Tuple

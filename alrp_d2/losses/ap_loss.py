@@ -1,4 +1,5 @@
 """AP Loss (paper Eq. 1-3) as an instance of the error-driven framework (Sec. 3)."""
+
 from __future__ import annotations
 
 import torch
@@ -12,7 +13,7 @@ from .error_driven import (
     output_dtype,
     zero_connected,
 )
-from .ranking import PositiveRanking
+from .relation_sums import PositiveRanking
 
 __all__ = ["ap_loss", "ap_loss_terms"]
 

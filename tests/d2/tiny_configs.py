@@ -1,26 +1,19 @@
-"""Tiny detectron2 configs and batches for the integration tests (CPU, random init, seconds per step).
+"""Tiny detectron2 configs and batches for the integration tests (CPU, random init, seconds per step)."""
 
-Import only after ``pytest.importorskip("detectron2")``.
-"""
 import os
 from typing import Dict, List
 
 import torch
-
-from detectron2.config import CfgNode, get_cfg
+from detectron2.config import CfgNode
 from detectron2.structures import Boxes, Instances
 
-import alrp_d2.modeling  # noqa: F401  (registers the meta-architectures)
-from alrp_d2.config import add_alrp_config
+from alrp_d2.config import setup_cfg
 
-CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
+CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "configs")
 
 
 def load_config(name: str) -> CfgNode:
-    cfg = get_cfg()
-    add_alrp_config(cfg)
-    cfg.merge_from_file(os.path.join(CONFIG_DIR, name))
-    return cfg
+    return setup_cfg(os.path.join(CONFIG_DIR, name))
 
 
 def make_tiny(cfg: CfgNode, num_classes: int = 3) -> CfgNode:

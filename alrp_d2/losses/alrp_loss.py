@@ -1,4 +1,5 @@
 """aLRP Loss (paper Sec. 4, Eq. 9-13; App. E Alg. 2)."""
+
 from __future__ import annotations
 
 from typing import NamedTuple, Tuple
@@ -13,7 +14,7 @@ from .error_driven import (
     output_dtype,
     zero_connected,
 )
-from .ranking import PositiveRanking
+from .relation_sums import PositiveRanking
 
 __all__ = ["AlrpLossTerms", "alrp_loss", "alrp_loss_terms"]
 

@@ -1,61 +1,24 @@
 """The ranking-based loss of one detection head over the whole per-device batch."""
+
 from __future__ import annotations
 
 import logging
 from typing import Dict, List
 
 import torch
-from torch import Tensor, nn
-
 from detectron2.config import CfgNode
 from detectron2.layers import cat, nonzero_tuple
 from detectron2.modeling.box_regression import Box2BoxTransform
 from detectron2.structures import Boxes
 from detectron2.utils.events import get_event_storage
+from torch import Tensor
 
+from ..engine.self_balance import LocalisationWeight
 from ..losses import NonFiniteInputError, alrp_loss_terms, ap_loss_terms, loc_error
 
-__all__ = [
-    "LocalisationWeight",
-    "DetectionRankingLoss",
-    "build_ranking_loss",
-    "class_ranking_labels",
-    "dense_loc_errors",
-    "find_localisation_weights",
-]
+__all__ = ["DetectionRankingLoss", "build_ranking_loss", "class_ranking_labels", "dense_loc_errors"]
 
 logger = logging.getLogger(__name__)
-
-
-class LocalisationWeight:
-    """The weight w_r of a head's localisation component.
-
-    Constant (``self_balanced=False``, paper Table 3) or maintained by
-    :class:`alrp_d2.engine.SelfBalanceHook` as mean(L) / mean(L_loc) of the previous period
-    (Sec. 4.2, App. F.3). Weighting the loss value of ``L_loc`` only scales the gradient with
-    respect to the boxes, because ``L_loc`` carries no score gradient (App. F.3).
-    """
-
-    def __init__(self, name: str, value: float, self_balanced: bool):
-        self.name = name
-        self.value = float(value)
-        self.self_balanced = self_balanced
-
-    def __repr__(self) -> str:
-        kind = "self-balanced" if self.self_balanced else "constant"
-        return f"LocalisationWeight({self.name!r}, {self.value:.4g}, {kind})"
-
-
-def find_localisation_weights(model: nn.Module) -> Dict[str, LocalisationWeight]:
-    """All localisation weights of a model's heads, by name (a DDP wrapper is looked through)."""
-    weights: Dict[str, LocalisationWeight] = {}
-    for module in model.modules():
-        loss = getattr(module, "ranking_loss", None)
-        if isinstance(loss, DetectionRankingLoss):
-            if loss.name in weights and weights[loss.name] is not loss.loc_weight:
-                raise ValueError(f"two heads share the ranking-loss name {loss.name!r}")
-            weights[loss.name] = loss.loc_weight
-    return weights
 
 
 class DetectionRankingLoss:

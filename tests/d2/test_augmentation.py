@@ -1,29 +1,22 @@
 """SSD augmentation (alrp_d2.data.augmentation) and the box-aware dataset mapper."""
 
+import cv2
 import numpy as np
 import pytest
-from conftest import DETECTRON2_SKIP_REASON
+import torch
+from detectron2.data import DatasetMapper
+from detectron2.data import transforms as T
+from detectron2.structures import BoxMode
+from fvcore.transforms.transform import NoOpTransform
 
-pytest.importorskip("detectron2", reason=DETECTRON2_SKIP_REASON)
-
-import cv2  # noqa: E402
-import torch  # noqa: E402
-from detectron2.config import get_cfg  # noqa: E402
-from detectron2.data import DatasetMapper  # noqa: E402
-from detectron2.data import transforms as T  # noqa: E402
-from detectron2.structures import BoxMode  # noqa: E402
-from fvcore.transforms.transform import NoOpTransform  # noqa: E402
-
-from alrp_d2.config import add_alrp_config  # noqa: E402
-from alrp_d2.data import (  # noqa: E402
-    AlrpDatasetMapper,
+from alrp_d2.config import setup_cfg
+from alrp_d2.data import AlrpDatasetMapper, build_alrp_mapper, build_ssd_augmentation
+from alrp_d2.data.augmentation import (
     CenterFilteredCropTransform,
     PhotometricDistortion,
     PhotometricDistortionParams,
     RandomExpand,
     RandomMinIoUCrop,
-    build_alrp_mapper,
-    build_ssd_augmentation,
 )
 
 SIZE = 64
@@ -31,8 +24,7 @@ BRIGHT = 80  # the rectangles are >= 111 and the (zero-mean) background / expand
 
 
 def ssd_cfg(pixel_mean=(0.0, 0.0, 0.0)):
-    cfg = get_cfg()
-    add_alrp_config(cfg)
+    cfg = setup_cfg()
     cfg.INPUT.SSD.ENABLED = True
     cfg.INPUT.SSD.SIZE = SIZE
     cfg.MODEL.PIXEL_MEAN = list(pixel_mean)
@@ -66,9 +58,9 @@ def test_full_pipeline_keeps_box_on_its_pixels():
         assert np.all(out_box >= 0) and np.all(out_box <= SIZE), (seed, out_box)
         assert out_box[2] > out_box[0] and out_box[3] > out_box[1], "the only box was cropped away"
         bright = image.max(axis=2) > BRIGHT
-        assert (
-            bright.sum() == box_pixels(bright, out_box, margin=1).sum()
-        ), f"bright pixels outside the box, seed {seed}"
+        assert bright.sum() == box_pixels(bright, out_box, margin=1).sum(), (
+            f"bright pixels outside the box, seed {seed}"
+        )
         interior = box_pixels(bright, out_box, margin=-1)
         assert interior.size == 0 or interior.mean() > 0.9, f"box not on the rectangle, seed {seed}"
 

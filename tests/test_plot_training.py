@@ -11,11 +11,8 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Sequence
 
-import numpy as np
 import pytest
 from matplotlib.image import imread
-
-from conftest import DETECTRON2_SKIP_REASON
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PLOT_TOOL = REPO_ROOT / "tools" / "plot_training.py"
@@ -129,102 +126,3 @@ def test_cli_fails_clearly_without_alrp_keys(tmp_path, capsys):
 
 
 # ---- demo.py -----------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def demo():
-    pytest.importorskip("detectron2", reason=DETECTRON2_SKIP_REASON)
-    import demo as demo_module
-
-    return demo_module
-
-
-@pytest.fixture
-def tiny_cfg(demo):
-    """The quickstart RetinaNet made tiny; every anchor scored, at about PRIOR_PROB, so random
-    init gives detections to draw."""
-    from tiny_configs import tiny_retinanet_cfg
-
-    cfg = tiny_retinanet_cfg("quickstart/alrp_retinanet_shapes.yaml")
-    cfg.MODEL.RETINANET.NUM_CLASSES = 5
-    cfg.MODEL.RETINANET.NORM = ""
-    cfg.MODEL.RETINANET.SCORE_THRESH_TEST = 0.0
-    cfg.MODEL.RETINANET.PRIOR_PROB = 0.3
-    cfg.TEST.DETECTIONS_PER_IMAGE = 5
-    cfg.DATASETS.TEST = ("shapes_val",)
-    return cfg
-
-
-@pytest.fixture
-def inputs(tmp_path):
-    """A directory of two images (and a text file, skipped), a non-image file and a missing path."""
-    from PIL import Image
-
-    images = tmp_path / "images"
-    images.mkdir()
-    rng = np.random.default_rng(0)
-    for name in ("b.jpg", "a.png"):
-        Image.fromarray(rng.integers(0, 255, size=(64, 48, 3), dtype=np.uint8)).save(images / name)
-    (images / "notes.txt").write_text("not an image")
-    not_image = tmp_path / "not_an_image.png"
-    not_image.write_text("not an image")
-    return {"dir": str(images), "not_image": str(not_image), "missing": str(tmp_path / "missing.png")}
-
-
-def write_thresholds(path: Path, value) -> str:
-    path.write_text(json.dumps({name: value for name in ("circle", "square", "triangle", "ring", "cross")}))
-    return str(path)
-
-
-def test_expand_inputs(demo, inputs, tmp_path):
-    pattern = os.path.join(inputs["dir"], "*.png")
-    paths, failed = demo.expand_inputs([inputs["dir"], pattern, inputs["missing"], str(tmp_path / "*.bmp")])
-    assert paths == [os.path.join(inputs["dir"], name) for name in ("a.png", "b.jpg")]
-    assert failed == [
-        (inputs["missing"], "no such file or directory"),
-        (str(tmp_path / "*.bmp"), "the pattern matches no file"),
-    ]
-
-
-def test_demo_draws_every_image_and_reports_bad_inputs(demo, tiny_cfg, inputs, tmp_path):
-    out = tmp_path / "out"
-    written, failed = demo.run_demo(tiny_cfg, list(inputs.values()), str(out), confidence=0.0)
-    assert written == [str(out / "a.png"), str(out / "b.jpg")]
-    assert sorted(os.listdir(out)) == ["a.png", "b.jpg"]
-    assert imread(written[0]).shape[:2] == (64, 48)
-    assert [entry for entry, _ in failed] == [inputs["missing"], inputs["not_image"]]
-    assert failed[0][1] == "no such file or directory"
-    assert failed[1][1].startswith("not an image file")
-
-
-def test_demo_filters_by_lrp_thresholds(demo, tiny_cfg, inputs, tmp_path):
-    image = [os.path.join(inputs["dir"], "a.png")]
-    runs = {
-        "nothing": dict(confidence=1.01),
-        "all_null": dict(thresholds_path=write_thresholds(tmp_path / "null.json", None)),
-        "all_zero": dict(thresholds_path=write_thresholds(tmp_path / "zero.json", 0.0)),
-    }
-    drawn = {}
-    for name, options in runs.items():
-        written, failed = demo.run_demo(tiny_cfg, image, str(tmp_path / name), **options)
-        assert len(written) == 1 and not failed
-        drawn[name] = imread(written[0])
-    np.testing.assert_array_equal(drawn["all_null"], drawn["nothing"])
-    assert not np.array_equal(drawn["all_zero"], drawn["nothing"])
-
-
-def test_demo_rejects_thresholds_of_other_classes(demo, tiny_cfg, inputs, tmp_path):
-    thresholds = tmp_path / "other.json"
-    thresholds.write_text(json.dumps({"cat": 0.5}))
-    with pytest.raises(demo.ThresholdError, match="do not match"):
-        demo.run_demo(tiny_cfg, [inputs["dir"]], str(tmp_path / "out"), thresholds_path=str(thresholds))
-    assert not (tmp_path / "out").exists()
-
-
-def test_demo_cli_exit_status(demo, inputs, tmp_path):
-    config = str(REPO_ROOT / "configs" / "quickstart" / "alrp_retinanet_shapes.yaml")
-    arguments = ["--config-file", config, "--output", str(tmp_path / "out"), "--input", inputs["dir"]]
-    assert demo.main(arguments + ["--lrp-thresholds", str(tmp_path / "absent.json")]) == 2
-    assert not (tmp_path / "out").exists()
-    assert demo.main(arguments + [inputs["missing"], "--opts", "MODEL.RETINANET.NUM_CONVS", "1"]) == 1
-    assert sorted(os.listdir(tmp_path / "out")) == ["a.png", "b.jpg"]

@@ -18,6 +18,7 @@ counts), and ``sum_i w_i H(v_j - q_i) = A[gap] + B[gap] v_j`` with two per-gap c
 H is continuous, so a source that rounding places on the other side of an edge contributes the
 same.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -48,7 +49,7 @@ class BandEdges:
     band_end: Tensor
 
     @staticmethod
-    def of(sorted_scores: Tensor, delta: float) -> "BandEdges":
+    def of(sorted_scores: Tensor, delta: float) -> BandEdges:
         upper = sorted_scores + delta
         edges, order = torch.sort(torch.cat([upper, sorted_scores - delta]))
         is_upper = order < len(upper)
@@ -134,7 +135,7 @@ class PositiveRanking:
     tie_first: Tensor
 
     @staticmethod
-    def build(logits: Tensor, positive_mask: Tensor, negative_mask: Tensor, delta: float) -> "PositiveRanking":
+    def build(logits: Tensor, positive_mask: Tensor, negative_mask: Tensor, delta: float) -> PositiveRanking:
         """Sorts the positives and relates them to the relevant negatives.
 
         Args:
