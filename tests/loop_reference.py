@@ -1,11 +1,11 @@
 """Straightforward transcriptions of App. E Algorithm 2 (a Python loop over positives).
 
 They are the reference the fast losses are tested and benchmarked against. Everything is
-computed in float64. Where the paper contradicts itself the errata are followed: the
-positive gradient uses the individual errors E_loc(k) weighted by the smoothed step
-(errata 2), and R_- comes from X_- (errata 3). The step-function cumulative sum of line 14
-counts tied positives together (H(x) = 1 for x >= 0, Sec. 2.1), which makes it independent
-of how a sort orders ties.
+computed in float64. Where the paper contradicts itself, docs/paper_notes.md says what is
+followed: the positive gradient uses the individual errors E_loc(k) weighted by the smoothed
+step ("Positive gradient"), R_- comes from X_- ("R_- from X_-"), and the step-function
+cumulative sum of line 14 counts tied positives together (H(x) = 1 for x >= 0, Sec. 2.1;
+"Ties in the localisation cumulative sum"), which makes it independent of how a sort orders ties.
 """
 
 from __future__ import annotations
