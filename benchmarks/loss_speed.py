@@ -26,11 +26,9 @@ import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.join(ROOT, "tests"))
-
-from loop_reference import alrp_loss_loop  # noqa: E402
 
 from alrp_d2.losses import alrp_loss  # noqa: E402  (imported before any memory is measured)
+from tests.loop_reference import alrp_loss_loop  # noqa: E402
 
 CPU_CASES = [(1_000_000, 500), (4_000_000, 1500)]
 COCO_CASE = (8 * 32_736 * 80, 1500)
