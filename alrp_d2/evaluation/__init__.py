@@ -7,8 +7,7 @@ detectron2; the evaluator and the predictor, which need detectron2, are imported
 from importlib import import_module
 from typing import Any
 
-from .coco_matching import detection_matches
-from .lrp_metric import ClassResult, DetectionMatches, OptimalLRP, evaluate_classes, optimal_lrp, summarise
+from .lrp_metric import optimal_lrp
 
 _DETECTRON2_NAMES = {
     "COCOLRPEvaluator": ".coco_lrp_evaluation",
@@ -18,16 +17,7 @@ _DETECTRON2_NAMES = {
     "load_lrp_thresholds": ".predictor",
 }
 
-__all__ = [
-    "ClassResult",
-    "DetectionMatches",
-    "OptimalLRP",
-    "detection_matches",
-    "evaluate_classes",
-    "optimal_lrp",
-    "summarise",
-    *_DETECTRON2_NAMES,
-]
+__all__ = ["optimal_lrp", *_DETECTRON2_NAMES]
 
 
 def __getattr__(name: str) -> Any:
