@@ -84,9 +84,9 @@ class SelfBalanceHook(HookBase):
     previous period, L = L_cls + L_loc the head's unweighted aLRP Loss.
 
     The heads write ``sb/<name>/cls`` and ``sb/<name>/loc`` into EventStorage every iteration.
-    After each step the hook adds those values of all workers to the period's sums (one
-    all-gather of a few floats), so every worker holds the same sums and computes the same
-    weight; the weight is logged as ``sb/<name>/weight``. A period closes after every
+    After each step the hook adds the mean of those values over the workers to the period's
+    sums (one all-gather of a few floats), so every worker holds the same sums and computes the
+    same weight, whichever MODEL.ALRP.RANKING; the weight is logged as ``sb/<name>/weight``. A period closes after every
     ``period`` iterations counted from iteration 0. The weights and the partial sums are the
     hook's ``state_dict``, which detectron2 saves in the trainer's checkpoints: resuming
     reproduces an uninterrupted run. The hook must come before the checkpointer in the hook
@@ -124,19 +124,23 @@ class SelfBalanceHook(HookBase):
             storage.put_scalar(f"sb/{name}/weight", self._state[name]["weight"], smoothing_hint=False)
 
     def _gather_step_values(self, names: List[str]) -> List[Tuple[float, float]]:
-        """This step's (L_cls, L_loc) of each head, summed over workers; a worker whose head
-        wrote nothing this step adds nothing."""
+        """This step's (L_cls, L_loc) of each head, averaged over the workers whose head wrote
+        them this step ((0, 0) when none did). The average, not the sum, keeps the period sums
+        independent of the number of workers: with MODEL.ALRP.RANKING = "global" every worker
+        writes the loss of the whole batch, which then enters once, as with one worker."""
         storage = self.trainer.storage
         latest = storage.latest()
         local = []
         for name in names:
             cls_value, cls_iter = latest.get(f"sb/{name}/cls", (0.0, -1))
             loc_value, _ = latest.get(f"sb/{name}/loc", (0.0, -1))
-            local.append((cls_value, loc_value) if cls_iter == storage.iter else (0.0, 0.0))
-        if comm.get_world_size() == 1:
-            return local
-        workers = comm.all_gather(local)
-        return [tuple(sum(values) for values in zip(*per_head)) for per_head in zip(*workers)]
+            local.append((cls_value, loc_value, 1) if cls_iter == storage.iter else (0.0, 0.0, 0))
+        workers = comm.all_gather(local) if comm.get_world_size() > 1 else [local]
+        step_values = []
+        for per_head in zip(*workers):
+            sum_cls, sum_loc, writers = (sum(values) for values in zip(*per_head))
+            step_values.append((sum_cls / writers, sum_loc / writers) if writers else (0.0, 0.0))
+        return step_values
 
     def _close_period(self) -> None:
         for name, state in self._state.items():

@@ -3,15 +3,18 @@
 from .alrp_loss import AlrpLossTerms, alrp_loss, alrp_loss_terms
 from .ap_loss import ap_loss, ap_loss_terms
 from .error_driven import NonFiniteInputError, RankingLossOutput
+from .global_ranking import RankingGroup, ranking_group
 from .localisation_error import loc_error
 
 __all__ = [
     "AlrpLossTerms",
     "NonFiniteInputError",
+    "RankingGroup",
     "RankingLossOutput",
     "alrp_loss",
     "alrp_loss_terms",
     "ap_loss",
     "ap_loss_terms",
     "loc_error",
+    "ranking_group",
 ]

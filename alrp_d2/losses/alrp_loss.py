@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple, Tuple
+from typing import NamedTuple, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -10,10 +10,10 @@ from torch import Tensor
 from .error_driven import (
     ErrorDrivenRankingLoss,
     check_hyperparameters,
-    check_ranking_inputs,
     output_dtype,
     zero_connected,
 )
+from .global_ranking import RankingGroup, exchange_positives
 from .relation_sums import PositiveRanking
 
 __all__ = ["AlrpLossTerms", "alrp_loss", "alrp_loss_terms"]
@@ -29,7 +29,12 @@ class AlrpLossTerms(NamedTuple):
 
 
 def alrp_loss_terms(
-    logits: Tensor, labels: Tensor, loc_errors: Tensor, delta: float = 1.0, eps: float = 1e-5
+    logits: Tensor,
+    labels: Tensor,
+    loc_errors: Tensor,
+    delta: float = 1.0,
+    eps: float = 1e-5,
+    group: Optional[RankingGroup] = None,
 ) -> AlrpLossTerms:
     """aLRP Loss over one ranking of all positives and negatives.
 
@@ -38,8 +43,8 @@ def alrp_loss_terms(
     * ``loss_cls = 1/|P| sum_i N_FP(i) / rank(i)`` (Eq. 11). Backpropagating it gives the
       logits the error-driven gradient of the whole aLRP Loss: ``l(i)`` of Eq. 10 with target
       ``l*(i) = E_loc(i) / rank(i)`` (Eq. 12, App. G), so positive ``i`` gets
-      ``-(N_FP(i) + sum_{k != i} E_loc(k) H(x_ik)) / rank(i) / |P|`` (Eq. 13, errata 2) and
-      the negatives share it through ``H(x_ij) / N_FP(i)`` (App. E lines 28-30).
+      ``-(N_FP(i) + sum_{k != i} E_loc(k) H(x_ik)) / rank(i) / |P|`` (Eq. 13; docs/paper_notes.md,
+      "Positive gradient") and the negatives share it through ``H(x_ij) / N_FP(i)`` (App. E lines 28-30).
     * ``loss_loc = 1/|P| sum_i (sum_{k: s_k >= s_i} E_loc(k)) / rank(i)`` with the unit-step
       cumulative sum of App. E line 14 (tied scores count together) and ``rank`` treated as a
       constant, so it carries the gradient to ``loc_errors`` only (App. F.1).
@@ -51,18 +56,22 @@ def alrp_loss_terms(
             positives appear in ``logits`` (see :func:`alrp_d2.losses.loc_error`).
         delta: smoothness of H.
         eps: positives with N_FP(i) < eps get no score gradient (App. E line 28).
+        group: rank the examples of all workers of this group as one ranking (see
+            :mod:`alrp_d2.losses.global_ranking`): every worker returns the global components,
+            and its logits and ``loc_errors`` receive their gradients times the world size,
+            so that DDP's average is the global gradient. None: this worker's examples.
 
-    Without positives both components are zeros connected to their inputs' graphs.
+    Without positives (of any worker) both components are zeros connected to their inputs' graphs.
     """
     check_hyperparameters(delta, eps)
-    num_positives = check_ranking_inputs(logits, labels, loc_errors)
+    num_positives, exchange = exchange_positives(logits, labels, loc_errors, group)
     dtype = output_dtype(logits)
     if num_positives == 0:
         zero = zero_connected(logits, dtype)
         return AlrpLossTerms(zero, zero_connected(loc_errors, dtype), zero.detach(), zero.detach())
     with torch.autocast(device_type=logits.device.type, enabled=False):
-        ranking = PositiveRanking.build(logits, labels == 1, labels == 0, delta)
-        sorted_errors = loc_errors[ranking.positive_order].double()
+        ranking = PositiveRanking.build(logits, labels == 1, labels == 0, delta, exchange, loc_errors)
+        sorted_errors = ranking.sorted_positive_values(loc_errors).double()
         errors = sorted_errors.detach()
         num_false_positives, rank = ranking.num_false_positives, ranking.rank
         lrp_errors = (num_false_positives + errors + ranking.positive_relation_sum(errors)) / rank

@@ -17,15 +17,22 @@ counts), and ``sum_i w_i H(v_j - q_i) = A[gap] + B[gap] v_j`` with two per-gap c
 (prefix sums). No P x N matrix, no loop over positives; everything is accumulated in float64.
 H is continuous, so a source that rounding places on the other side of an edge contributes the
 same.
+
+The per-gap counts and sums are additive over disjoint sets of sources: a global ranking over
+several workers (:mod:`alrp_d2.losses.global_ranking`) builds the same edges from the gathered
+positives on every worker and sums the workers' per-gap totals of their negatives (O(P) floats).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import torch
 from torch import Tensor
+
+if TYPE_CHECKING:
+    from .global_ranking import PositiveExchange
 
 __all__ = ["BandEdges", "PositiveRanking"]
 
@@ -63,19 +70,22 @@ class BandEdges:
         """The gap of every value (int32)."""
         return torch.bucketize(values, self.edges, out_int32=True)
 
-    def sum_at_positives(
-        self, queries: Tensor, gap: Tensor, weights: Optional[Tensor], weighted_values: Tensor
-    ) -> Tensor:
-        """``sum_j u_j H(v_j - q_i)`` for every sorted positive ``q_i``, from the sources' gaps,
-        weights ``u`` (``None``: all 1) and ``u * v``: per-gap sums scattered to where the
-        gaps' prefixes end."""
+    def gap_totals(self, gap: Tensor, weights: Optional[Tensor], weighted_values: Tensor) -> Tensor:
+        """(2, num_gaps) float64: every gap's sum of the sources' weights ``u`` (``None``: all 1,
+        a count) and of ``u * v``. Summable over disjoint sets of sources (the workers' negatives)."""
         size = self.num_gaps
-        inv_two_delta = 0.5 / self.delta
         if weights is None:
-            gap_weight = torch.bincount(gap, minlength=size).to(queries.dtype)
+            gap_weight = torch.bincount(gap, minlength=size).to(weighted_values.dtype)
         else:
-            gap_weight = queries.new_zeros(size).index_add_(0, gap, weights)
-        gap_constant = queries.new_zeros(size).index_add_(0, gap, weighted_values) * inv_two_delta + 0.5 * gap_weight
+            gap_weight = weighted_values.new_zeros(size).index_add_(0, gap, weights)
+        return torch.stack([gap_weight, weighted_values.new_zeros(size).index_add_(0, gap, weighted_values)])
+
+    def sum_from_gap_totals(self, queries: Tensor, totals: Tensor) -> Tensor:
+        """``sum_j u_j H(v_j - q_i)`` for every sorted positive ``q_i`` from the sources'
+        :meth:`gap_totals`: per-gap sums scattered to where the gaps' prefixes end."""
+        inv_two_delta = 0.5 / self.delta
+        gap_weight = totals[0]
+        gap_constant = totals[1] * inv_two_delta + 0.5 * gap_weight
         num = queries.numel()
         above = queries.new_zeros(num + 1).index_add_(0, self.above_end, gap_weight)
         band = queries.new_zeros(2, num + 1)
@@ -85,6 +95,13 @@ class BandEdges:
         above = torch.flip(torch.cumsum(torch.flip(above, [0]), 0), [0])[1:]
         band = torch.cumsum(band, 1)[:, :-1]
         return above + band[0] - band[1] * queries * inv_two_delta
+
+    def sum_at_positives(
+        self, queries: Tensor, gap: Tensor, weights: Optional[Tensor], weighted_values: Tensor
+    ) -> Tensor:
+        """``sum_j u_j H(v_j - q_i)`` for every sorted positive ``q_i``, from the sources' gaps,
+        weights ``u`` (``None``: all 1) and ``u * v``."""
+        return self.sum_from_gap_totals(queries, self.gap_totals(gap, weights, weighted_values))
 
     def sum_at_sources(self, queries: Tensor, weights: Tensor, gap: Tensor, values: Tensor) -> Tensor:
         """``sum_i w_i H(v_j - q_i)`` for every source ``v_j`` in ``gap``: ``A[gap] + B[gap] v``."""
@@ -107,10 +124,17 @@ class PositiveRanking:
     Scores are float64 and shifted by the smallest positive score, which leaves every
     ``x_ij`` unchanged and keeps the prefix sums small.
 
+    In a global ranking (``exchange`` given, see :mod:`alrp_d2.losses.global_ranking`) the
+    positives are those of all workers, while the negatives stay this worker's: every
+    per-positive attribute is the same on every worker, the per-negative ones are local.
+
     Attributes:
-        positive_index: (P,) index into the flattened logits of each sorted positive.
+        positive_index: index into the flattened logits of each positive of this worker: of
+            each sorted positive when ``local_slot`` is None, else in the order of the
+            flattened logits.
         positive_order: (P,) position of each sorted positive among the positives taken in
-            the order of the flattened logits (to gather per-positive inputs such as E_loc).
+            the order of the flattened logits (to gather per-positive inputs such as E_loc);
+            in a global ranking, in the concatenation of all workers' positives in worker order.
         negative_mask: (M,) the relevant negatives (score >= min positive - delta, App. E
             line 8; the others have H(x_ij) = 0 for every positive).
         positive_scores, negative_scores: (P,) sorted and (N,) relevant-negative scores, the
@@ -120,6 +144,11 @@ class PositiveRanking:
         rank: (P,) rank(i) = rank^+(i) + N_FP(i) (line 25), with
             rank^+(i) = 1 + sum_{k in P, k != i} H(x_ik) (line 23).
         tie_first: (P,) first sorted position holding the same score.
+        exchange: the communication of a global ranking; None for a per-worker ranking.
+        local_slot: in a global ranking, the sorted position of each of this worker's positives
+            (in the order of ``positive_index``); None otherwise.
+        gathered_values: in a global ranking, the ``positive_values`` given to :meth:`build`
+            of all workers' positives (float64, detached, in worker order); None otherwise.
     """
 
     positive_index: Tensor
@@ -133,20 +162,48 @@ class PositiveRanking:
     num_false_positives: Tensor
     rank: Tensor
     tie_first: Tensor
+    exchange: Optional[PositiveExchange] = None
+    local_slot: Optional[Tensor] = None
+    gathered_values: Optional[Tensor] = None
 
     @staticmethod
-    def build(logits: Tensor, positive_mask: Tensor, negative_mask: Tensor, delta: float) -> PositiveRanking:
+    def build(
+        logits: Tensor,
+        positive_mask: Tensor,
+        negative_mask: Tensor,
+        delta: float,
+        exchange: Optional[PositiveExchange] = None,
+        positive_values: Optional[Tensor] = None,
+    ) -> PositiveRanking:
         """Sorts the positives and relates them to the relevant negatives.
 
         Args:
             logits: (M,) finite scores of any float dtype; not differentiated.
-            positive_mask, negative_mask: (M,) bool masks, at least one positive.
+            positive_mask, negative_mask: (M,) bool masks, at least one positive (of all
+                workers, in a global ranking).
             delta: smoothness of H, > 0.
+            exchange: the communication of a global ranking (see
+                :func:`alrp_d2.losses.global_ranking.exchange_positives`); None: this
+                worker's examples only.
+            positive_values: optional per-positive values of this worker (e.g. E_loc), in the
+                order of the flattened logits, gathered with the scores in a global ranking
+                (see :meth:`sorted_positive_values`).
         """
         logits = logits.detach()
         positive_index = torch.nonzero(positive_mask).squeeze(1)
-        positive_scores, order = torch.sort(logits[positive_index].double())
-        positive_index = positive_index[order]
+        scores = logits[positive_index].double()
+        local_slot = gathered_values = None
+        if exchange is not None:
+            columns = [scores] if positive_values is None else [scores, positive_values.detach().double()]
+            gathered = exchange.gather(torch.stack(columns, 1))
+            scores = gathered[:, 0]
+            gathered_values = None if positive_values is None else gathered[:, 1]
+        positive_scores, order = torch.sort(scores)
+        if exchange is None:
+            positive_index = positive_index[order]
+        else:
+            slot = torch.empty_like(order).scatter_(0, order, torch.arange(len(order), device=order.device))
+            local_slot = slot[exchange.local_start : exchange.local_start + exchange.num_local]
         offset = positive_scores[0]
         positive_scores = positive_scores - offset
 
@@ -162,7 +219,11 @@ class PositiveRanking:
         edges = BandEdges.of(positive_scores, delta)
         positive_gap = edges.locate(positive_scores)
         negative_gap = edges.locate(negative_scores)
-        num_false_positives = edges.sum_at_positives(positive_scores, negative_gap, None, negative_scores)
+        # N_FP needs every worker's negatives: their per-gap totals are summed over the workers.
+        negative_totals = edges.gap_totals(negative_gap, None, negative_scores)
+        if exchange is not None:
+            negative_totals = exchange.all_reduce_sum(negative_totals)
+        num_false_positives = edges.sum_from_gap_totals(positive_scores, negative_totals)
         # rank^+ = 1 + sum_{k != i} H(x_ik): the sum over all k includes the self term H(0) = 0.5.
         rank_positive = 0.5 + edges.sum_at_positives(positive_scores, positive_gap, None, positive_scores)
         return PositiveRanking(
@@ -177,7 +238,28 @@ class PositiveRanking:
             num_false_positives=num_false_positives,
             rank=rank_positive + num_false_positives,
             tie_first=torch.searchsorted(positive_scores, positive_scores),
+            exchange=exchange,
+            local_slot=local_slot,
+            gathered_values=gathered_values,
         )
+
+    @property
+    def gradient_scale(self) -> float:
+        """The factor on this worker's logit and E_loc gradients: the world size of a global
+        ranking (DDP averages gradients over the workers), 1 otherwise."""
+        return 1.0 if self.exchange is None else float(self.exchange.world_size)
+
+    def sorted_positive_values(self, values: Tensor) -> Tensor:
+        """Per-positive ``values`` of this worker (in the order of the flattened logits) for
+        every sorted positive of the ranking, differentiable with respect to ``values``. In a
+        global ranking, the other workers' values are those gathered by :meth:`build`
+        (float64), and the gradient of ``values`` is multiplied by :attr:`gradient_scale`."""
+        if self.exchange is None:
+            return values[self.positive_order]
+        gathered = self.gathered_values
+        if gathered is None:
+            gathered = self.exchange.gather(values.detach().double().unsqueeze(1)).squeeze(1)
+        return self.exchange.with_local(gathered, values)[self.positive_order]
 
     @property
     def num_positives(self) -> int:

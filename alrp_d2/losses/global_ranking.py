@@ -1,0 +1,167 @@
+"""One ranking over the (example, class) pairs of all workers of a process group (issue 10).
+
+Per worker, every worker ranks the pairs of its own images, as the paper trains; the loss and
+its gradients then depend on how many workers share the batch. With a :class:`RankingGroup`,
+the ranking losses rank the union of all workers' pairs exactly, without moving a negative:
+
+1. the workers all-gather their numbers of positives (a few integers);
+2. they all-gather the positives' scores (and, for aLRP Loss, their E_loc): O(P) floats, P the
+   number of positives of the whole batch;
+3. every worker builds the same band edges of the global positives and buckets its own
+   negatives into the 2P + 1 gaps between them; the per-gap counts and score sums are
+   all-reduced (O(P) floats). From them every worker has the global N_FP(i) and rank(i) of
+   every positive (App. E Alg. 2, lines 18-25), hence every positive's error and update;
+4. each worker computes the gradient of its own negatives (line 30) and positives locally.
+
+Every worker returns the global loss value. DistributedDataParallel averages the parameter
+gradients over the workers, whereas the global loss's gradient is their sum; the losses
+therefore multiply the gradients of their logits and localisation errors by the world size,
+so that DDP's average is the gradient of the global loss.
+
+Pure ``torch.distributed``: it works in any training loop whose workers call the loss in the
+same order. Without an initialised process group, or with one worker, no group is used and
+the losses are exactly the per-worker ones.
+"""
+
+from __future__ import annotations
+
+from typing import Any, List, Optional, Tuple
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from .error_driven import NonFiniteInputError, check_ranking_inputs
+
+__all__ = ["RANKINGS", "PositiveExchange", "RankingGroup", "exchange_positives", "global_mean", "ranking_group"]
+
+RANKINGS = ("per_worker", "global")
+
+
+class _ScaleGradient(torch.autograd.Function):
+    """The identity whose backward multiplies the gradient by ``scale``."""
+
+    @staticmethod
+    def forward(ctx: Any, values: Tensor, scale: float) -> Tensor:
+        ctx.scale = scale
+        return values.view_as(values)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> Tuple[Tensor, None]:
+        return grad * ctx.scale, None
+
+
+class RankingGroup:
+    """The workers of a process group (``None``: the default group) that share one ranking."""
+
+    def __init__(self, group: Optional[dist.ProcessGroup] = None):
+        self.group = group
+        self.world_size = dist.get_world_size(group)
+        self.rank = dist.get_rank(group)
+
+    def exchange(self, num_positives: int, failed: bool, device: torch.device) -> PositiveExchange:
+        """All-gathers every worker's number of positives and whether its inputs were invalid."""
+        local = torch.tensor([num_positives, int(failed)], dtype=torch.int64, device=device)
+        gathered = [torch.empty_like(local) for _ in range(self.world_size)]
+        dist.all_gather(gathered, local, group=self.group)
+        table = torch.stack(gathered).tolist()
+        return PositiveExchange(self, [count for count, _ in table], [rank for rank, row in enumerate(table) if row[1]])
+
+
+class PositiveExchange:
+    """The communication of one loss call: the workers' numbers of positives, the gather of
+    per-positive values and the all-reduce of per-gap sums.
+
+    Attributes:
+        counts: the number of positives of every worker; this worker's positives are
+            ``[local_start, local_start + num_local)`` of the concatenation in worker order.
+        failed: the workers whose inputs were invalid.
+    """
+
+    def __init__(self, group: RankingGroup, counts: List[int], failed: List[int]):
+        self.group = group
+        self.counts = counts
+        self.failed = failed
+        self.total = sum(counts)
+        self.num_local = counts[group.rank]
+        self.local_start = sum(counts[: group.rank])
+
+    @property
+    def world_size(self) -> int:
+        return self.group.world_size
+
+    def gather(self, values: Tensor) -> Tensor:
+        """(P_global, C) the (num_local, C) values of every worker's positives, concatenated in
+        worker order: one all-gather padded to the largest count."""
+        padded = values.new_zeros(max(self.counts), values.shape[1])
+        padded[: len(values)] = values
+        gathered = [torch.empty_like(padded) for _ in range(self.world_size)]
+        dist.all_gather(gathered, padded, group=self.group.group)
+        return torch.cat([rows[:count] for rows, count in zip(gathered, self.counts)])
+
+    def all_reduce_sum(self, values: Tensor) -> Tensor:
+        """The sum over the workers (in place)."""
+        dist.all_reduce(values, op=dist.ReduceOp.SUM, group=self.group.group)
+        return values
+
+    def with_local(self, gathered: Tensor, local: Tensor) -> Tensor:
+        """``gathered`` (P_global,) with this worker's slice replaced by the differentiable
+        ``local`` values, whose gradient is multiplied by the world size (see module docstring)."""
+        end = self.local_start + self.num_local
+        scaled = _ScaleGradient.apply(local.to(gathered.dtype), float(self.world_size))
+        return torch.cat([gathered[: self.local_start], scaled, gathered[end:]])
+
+
+def ranking_group(ranking: str, group: Optional[dist.ProcessGroup] = None) -> Optional[RankingGroup]:
+    """The group a ranking loss ranks over: ``None`` for ``"per_worker"`` and whenever there is
+    no initialised process group or a single worker (the per-worker loss is then the global one)."""
+    if ranking not in RANKINGS:
+        raise ValueError(f"ranking must be one of {RANKINGS}, got {ranking!r}")
+    if ranking == "per_worker" or not dist.is_available() or not dist.is_initialized():
+        return None
+    if dist.get_world_size(group) == 1:
+        return None
+    return RankingGroup(group)
+
+
+def exchange_positives(
+    logits: Tensor, labels: Tensor, extra: Optional[Tensor], group: Optional[RankingGroup]
+) -> Tuple[int, Optional[PositiveExchange]]:
+    """Validates this worker's inputs (:func:`check_ranking_inputs`) and, with a group, exchanges
+    the numbers of positives.
+
+    Returns:
+        The number of positives of the ranking (of all workers with a group) and the exchange
+        (``None`` without a group). Invalid inputs on any worker raise on every worker, so that
+        no worker waits for the others in a collective.
+    """
+    if group is None:
+        return check_ranking_inputs(logits, labels, extra), None
+    error: Optional[Exception] = None
+    try:
+        num_positives = check_ranking_inputs(logits, labels, extra)
+    except (NonFiniteInputError, ValueError, TypeError) as caught:
+        error, num_positives = caught, 0
+    exchange = group.exchange(num_positives, error is not None, logits.device)
+    if error is not None:
+        raise error
+    if exchange.failed:
+        raise NonFiniteInputError(f"ranking loss inputs of worker(s) {exchange.failed} are invalid")
+    return exchange.total, exchange
+
+
+def global_mean(values: Tensor, group: Optional[RankingGroup]) -> Tensor:
+    """The mean of ``values`` (1-D) over all workers (one all-reduce of two floats), with the
+    local gradient multiplied by the world size; a zero connected to ``values`` when no worker
+    has one. Without a group, the local mean."""
+    if group is None:
+        return values.sum() / values.numel() if values.numel() else values.sum() * 0.0
+    local_sum = values.sum()
+    local = local_sum.detach().double()
+    totals = torch.stack([local, local.new_tensor(values.numel())])
+    dist.all_reduce(totals, op=dist.ReduceOp.SUM, group=group.group)
+    total, count = totals.tolist()
+    if count == 0:
+        return local_sum * 0.0
+    scaled = _ScaleGradient.apply(local_sum.double(), float(group.world_size))
+    return ((scaled + (total - local)) / count).to(values.dtype)
