@@ -90,3 +90,44 @@ def ap_loss_loop(logits: Tensor, labels: Tensor, delta: float = 1.0, eps: float 
     logits_grad[fg_mask] = fg_grad / num_fg
     logits_grad[bg_mask] = bg_grad / num_fg
     return errors.mean(), logits_grad
+
+
+def interpolated_ap_loss_loop(
+    logits: Tensor, labels: Tensor, delta: float = 1.0, reverse_ties: bool = False
+) -> Tuple[Tensor, Tensor]:
+    """The official interpolated AP Loss (kemaloksuz/aLRPLoss, ``mmdet/models/losses/ap_loss.py``,
+    ``APLoss.forward``): a loop over the positives in ascending score order that keeps the running
+    maximum precision; no N_FP gate; the loss averages over every positive. Returns
+    ``(loss, d loss / d logits)``. The official ``argsort`` leaves the order of tied positives
+    unspecified: they are visited by index, or by reversed index with ``reverse_ties``."""
+    scores = logits.detach().double()
+    fg_mask = labels == 1
+    fg = scores[fg_mask]
+    num_fg = fg.numel()
+    bg_mask = (labels == 0) & (scores >= fg.min() - delta)
+    bg = scores[bg_mask]
+
+    fg_grad = fg.new_zeros(num_fg)
+    bg_grad = bg.new_zeros(bg.numel())
+    precision = fg.new_zeros(num_fg)
+    tie_sign = -1 if reverse_ties else 1
+    max_precision = fg.new_zeros(())
+    for i in sorted(range(num_fg), key=lambda k: (fg[k].item(), tie_sign * k)):
+        fg_relations = smooth_step(fg - fg[i], delta)
+        fg_relations[i] = 0
+        bg_relations = smooth_step(bg - fg[i], delta)
+        rank_positive = 1 + fg_relations.sum()
+        rank = rank_positive + bg_relations.sum()
+        current = rank_positive / rank
+        if max_precision <= current:
+            max_precision = current
+            bg_grad += bg_relations / rank
+        else:
+            bg_grad += bg_relations / rank * (1 - max_precision) / (1 - current)
+        fg_grad[i] = -(1 - max_precision)
+        precision[i] = max_precision
+
+    logits_grad = torch.zeros_like(scores)
+    logits_grad[fg_mask] = fg_grad / num_fg
+    logits_grad[bg_mask] = bg_grad / num_fg
+    return 1 - precision.mean(), logits_grad

@@ -1,7 +1,12 @@
 """SSD-style training augmentation (Liu et al., ECCV 2016) as detectron2 Augmentations.
 
-The pipeline follows mmdetection's SSD training pipeline, which the aLRP Loss paper uses:
+The pipeline follows mmdetection 2.x's SSD training pipeline, which the official aLRP Loss code uses:
 ``PhotoMetricDistortion -> Expand -> MinIoURandomCrop -> Resize (no aspect ratio) -> RandomFlip``.
+
+Precision: as mmdet (which loads the image with ``to_float32=True``), the image becomes float32 in
+``PhotometricDistortion`` and stays float32, unrounded and unclipped (values may leave [0, 255]), through
+expand, crop, resize (``cv2.INTER_LINEAR``, no antialiasing, as mmcv's ``imresize``) and flip; the model's
+pixel normalisation is the first step that sees it again. ``dataset_dict["image"]`` is a float32 tensor.
 """
 
 from __future__ import annotations
@@ -15,8 +20,10 @@ import torch
 from detectron2.config import CfgNode
 from detectron2.data import detection_utils as utils
 from detectron2.data import transforms as T
+from detectron2.data.transforms import ResizeTransform
 from detectron2.structures import Boxes, pairwise_iou
 from fvcore.transforms.transform import CropTransform, NoOpTransform, PadTransform, Transform
+from PIL import Image
 
 from ..config import require_config
 
@@ -27,6 +34,9 @@ __all__ = [
     "RandomExpand",
     "CenterFilteredCropTransform",
     "RandomMinIoUCrop",
+    "crop_accepted",
+    "Cv2ResizeTransform",
+    "Cv2Resize",
     "SSD_IMAGE_FORMATS",
     "validate_ssd_config",
     "build_ssd_augmentation",
@@ -41,7 +51,8 @@ _FROM_HSV = {"BGR": cv2.COLOR_HSV2BGR, "RGB": cv2.COLOR_HSV2RGB}
 class PhotometricDistortionParams:
     """One draw of mmdet's ``PhotoMetricDistortion``; ``None`` means "step not applied".
 
-    Called on a uint8 image, it returns the distorted uint8 image (used as a ``ColorTransform`` op).
+    Called on a uint8 or float image, it returns the distorted float32 image, neither rounded nor
+    clipped (used as a ``ColorTransform`` op).
     """
 
     brightness_delta: Optional[float]
@@ -49,6 +60,7 @@ class PhotometricDistortionParams:
     contrast_first: bool
     saturation: Optional[float]
     hue_delta: Optional[float]
+    channel_order: Optional[Tuple[int, ...]] = None
     image_format: str = "BGR"
 
     def __call__(self, image: np.ndarray) -> np.ndarray:
@@ -57,21 +69,22 @@ class PhotometricDistortionParams:
             img += self.brightness_delta
         if self.contrast_first:
             img = self._apply_contrast(img)
-        if self.saturation is not None or self.hue_delta is not None:
-            img = self._distort_hsv(img)
+        img = self._distort_hsv(img)
         if not self.contrast_first:
             img = self._apply_contrast(img)
-        return np.clip(np.rint(img), 0, 255).astype(np.uint8)
+        if self.channel_order is not None:
+            img = img[..., list(self.channel_order)]
+        return img
 
     def _apply_contrast(self, img: np.ndarray) -> np.ndarray:
         return img if self.contrast is None else img * self.contrast
 
     def _distort_hsv(self, img: np.ndarray) -> np.ndarray:
-        """Saturation scaling and hue shift (degrees) in float HSV; values are clipped to [0, 255]
-        first because the HSV conversion is only defined for non-negative intensities."""
-        hsv = cv2.cvtColor(np.clip(img, 0, 255), _TO_HSV[self.image_format])
+        """Saturation scaling and hue shift (degrees) in float32 HSV. As mmdet, the image always
+        makes the round trip through OpenCV's HSV (which is not the identity on negative values)."""
+        hsv = cv2.cvtColor(img, _TO_HSV[self.image_format])
         if self.saturation is not None:
-            hsv[..., 1] *= self.saturation
+            hsv[..., 1] = hsv[..., 1] * self.saturation
         if self.hue_delta is not None:
             hsv[..., 0] = np.mod(hsv[..., 0] + self.hue_delta, 360.0)
         return cv2.cvtColor(hsv, _FROM_HSV[self.image_format])
@@ -79,7 +92,8 @@ class PhotometricDistortionParams:
 
 class PhotometricDistortion(T.Augmentation):
     """mmdet ``PhotoMetricDistortion``: brightness, contrast (before or after the colour-space part,
-    random order), saturation and hue, each applied with probability 0.5. Pixel values only."""
+    random order), saturation, hue and a random permutation of the colour channels, each applied with
+    probability 0.5, drawn from ``np.random`` in mmdet's order. Pixel values only; output float32."""
 
     def __init__(
         self,
@@ -105,7 +119,10 @@ class PhotometricDistortion(T.Augmentation):
         hue = self._maybe_uniform(-self.hue_delta, self.hue_delta)
         if not contrast_first:
             contrast = self._maybe_uniform(*self.contrast_range)
-        params = PhotometricDistortionParams(brightness, contrast, contrast_first, saturation, hue, self.image_format)
+        channel_order = tuple(int(c) for c in np.random.permutation(3)) if np.random.randint(2) else None
+        params = PhotometricDistortionParams(
+            brightness, contrast, contrast_first, saturation, hue, channel_order, self.image_format
+        )
         return T.ColorTransform(params)
 
 
@@ -138,10 +155,11 @@ class RandomExpand(T.Augmentation):
         if self._rand_range() >= self.prob:
             return NoOpTransform()
         h, w = image.shape[:2]
-        ratio = np.random.uniform(self.ratio_range[0], self.ratio_range[1])
+        low, high = self.ratio_range
+        ratio = np.random.uniform(low, high)
         canvas_h, canvas_w = int(h * ratio), int(w * ratio)
-        left = int(np.random.uniform(0, canvas_w - w))
-        top = int(np.random.uniform(0, canvas_h - h))
+        left = int(np.random.uniform(0, w * ratio - w))  # <= canvas_w - w, drawn as mmdet draws it
+        top = int(np.random.uniform(0, h * ratio - h))
         return ExpandTransform(
             left, top, canvas_w - w - left, canvas_h - h - top, orig_w=w, orig_h=h, pad_value=self.fill
         )
@@ -172,16 +190,21 @@ class CenterFilteredCropTransform(CropTransform):
 class RandomMinIoUCrop(T.Augmentation):
     """SSD / mmdet ``MinIoURandomCrop``.
 
-    A mode is drawn from (no crop, *min_ious); up to ``crop_trials`` crops with w, h uniform in
-    [min_crop_size * W, W] x [min_crop_size * H, H] and 0.5 <= h / w <= 2 are tried; a crop is accepted
-    when every box has IoU >= min_iou with it and at least one box centre is inside it. When no trial
-    succeeds a new mode is drawn (as SSD); after ``max_mode_trials`` draws the image is left uncropped,
-    so the loop always ends. Images without (non-empty) boxes are left uncropped.
+    A mode is drawn uniformly from ``min_ious`` (mmdet's ``sample_mode``: 1 = no crop, 0 = any crop
+    that keeps at least one box centre). For another mode, up to ``crop_trials`` crops with w, h uniform
+    in [min_crop_size * W, W] x [min_crop_size * H, H] and 0.5 <= h / w <= 2 are tried; a crop is
+    accepted when every box has IoU >= the mode with it and at least one box centre is strictly inside
+    it (``crop_accepted``). The boxes are all boxes of the image, crowd ones included, as mmdet's
+    ``gt_bboxes`` + ``gt_bboxes_ignore``; an image without (non-empty) boxes takes the first crop of
+    valid shape, as in mmdet. When no trial succeeds a new mode is drawn; after ``max_mode_trials``
+    draws the image is left uncropped, so the loop always ends (mmdet loops until it succeeds). The
+    crop's left / top are uniform in [0, W - w] / [0, H - h]; mmdet's one-argument ``uniform(W - w)``
+    draws them between 1 and W - w (a one-pixel difference, not copied).
     """
 
     def __init__(
         self,
-        min_ious: Sequence[float] = (0.1, 0.3, 0.5, 0.7, 0.9),
+        min_ious: Sequence[float] = (1.0, 0.1, 0.3, 0.5, 0.7, 0.9, 0.0),
         min_crop_size: float = 0.3,
         crop_trials: int = 50,
         max_mode_trials: int = 100,
@@ -200,14 +223,12 @@ class RandomMinIoUCrop(T.Augmentation):
             )
         boxes = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
         boxes = boxes[(boxes[:, 2] > boxes[:, 0]) & (boxes[:, 3] > boxes[:, 1])]
-        if len(boxes) == 0:
-            return NoOpTransform()
         h, w = image.shape[:2]
         for _ in range(self.max_mode_trials):
-            mode = np.random.randint(len(self.min_ious) + 1)
-            if mode == 0:
+            min_iou = self.min_ious[np.random.randint(len(self.min_ious))]
+            if min_iou == 1:
                 return NoOpTransform()
-            patch = self._sample_patch(h, w, boxes, self.min_ious[mode - 1])
+            patch = self._sample_patch(h, w, boxes, min_iou)
             if patch is not None:
                 x0, y0, x1, y1 = patch
                 return CenterFilteredCropTransform(x0, y0, x1 - x0, y1 - y0, orig_w=w, orig_h=h)
@@ -222,11 +243,43 @@ class RandomMinIoUCrop(T.Augmentation):
         patches = np.stack([left, top, left + new_w, top + new_h], axis=1).astype(np.int64)
         aspect = new_h / new_w
         valid = (aspect >= 0.5) & (aspect <= 2) & (patches[:, 2] > patches[:, 0]) & (patches[:, 3] > patches[:, 1])
-        ious = pairwise_iou(Boxes(torch.from_numpy(patches).double()), Boxes(torch.from_numpy(boxes))).numpy()
-        valid &= ious.min(axis=1) >= min_iou
-        valid &= _centers_inside(boxes, patches).any(axis=1)
+        valid &= crop_accepted(patches, boxes, min_iou)
         accepted = np.flatnonzero(valid)
         return tuple(int(v) for v in patches[accepted[0]]) if len(accepted) else None
+
+
+def crop_accepted(patches: np.ndarray, boxes: np.ndarray, min_iou: float) -> np.ndarray:
+    """(P,) mask of the XYXY ``patches`` that mmdet's ``MinIoURandomCrop`` accepts for the XYXY
+    ``boxes`` (all of the image, crowd included): every box has IoU >= ``min_iou`` with the patch and
+    at least one box centre is strictly inside it; with ``min_iou`` 0 only the centre rule remains.
+    Without boxes every patch is accepted."""
+    patches = np.asarray(patches, dtype=np.float64).reshape(-1, 4)
+    boxes = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
+    if len(boxes) == 0:
+        return np.ones(len(patches), dtype=bool)
+    ious = pairwise_iou(Boxes(torch.from_numpy(patches)), Boxes(torch.from_numpy(boxes))).numpy()
+    return (ious.min(axis=1) >= min_iou) & _centers_inside(boxes, patches).any(axis=1)
+
+
+class Cv2ResizeTransform(ResizeTransform):
+    """detectron2's ``ResizeTransform`` whose bilinear image resize is ``cv2.resize(...,
+    cv2.INTER_LINEAR)`` for uint8 and float images alike (mmcv's ``imresize``: no antialiasing, float
+    kept float); other interpolations (segmentation's nearest) are detectron2's."""
+
+    def apply_image(self, img: np.ndarray, interp: Optional[int] = None) -> np.ndarray:
+        if (interp if interp is not None else self.interp) != Image.Resampling.BILINEAR:
+            return super().apply_image(img, interp)
+        if img.shape[:2] != (self.h, self.w):
+            raise ValueError(f"Cv2ResizeTransform expects an image of {(self.h, self.w)} (h, w), got {img.shape}")
+        resized = cv2.resize(img, (self.new_w, self.new_h), interpolation=cv2.INTER_LINEAR)
+        return resized.reshape(resized.shape[:2] + img.shape[2:])
+
+
+class Cv2Resize(T.Resize):
+    """``T.Resize`` to a fixed (h, w) with ``Cv2ResizeTransform`` (mmdet ``Resize``, ``keep_ratio=False``)."""
+
+    def get_transform(self, image: np.ndarray) -> Transform:
+        return Cv2ResizeTransform(image.shape[0], image.shape[1], self.shape[0], self.shape[1], self.interp)
 
 
 def _is_range(value, low: float) -> bool:
@@ -264,7 +317,7 @@ def validate_ssd_config(cfg: CfgNode) -> None:
         isinstance(ssd.MIN_IOUS, (list, tuple)) and len(ssd.MIN_IOUS) > 0 and all(0 <= v <= 1 for v in ssd.MIN_IOUS),
         "INPUT.SSD.MIN_IOUS",
         ssd.MIN_IOUS,
-        "must be a non-empty list of values in [0, 1]",
+        "must be a non-empty list of values in [0, 1] (1 = no crop, 0 = any crop keeping a box centre)",
     )
     require_config(0 < ssd.MIN_CROP_SIZE <= 1, "INPUT.SSD.MIN_CROP_SIZE", ssd.MIN_CROP_SIZE, "must be in (0, 1]")
     require_config(
@@ -280,7 +333,8 @@ def validate_ssd_config(cfg: CfgNode) -> None:
 
 def build_ssd_augmentation(cfg: CfgNode, is_train: bool) -> List[T.Augmentation]:
     """SSD training pipeline from ``cfg.INPUT.SSD`` (photometric distortion -> expand -> min-IoU crop ->
-    SIZE x SIZE resize -> horizontal flip); at test time detectron2's ``ResizeShortestEdge``."""
+    SIZE x SIZE cv2 bilinear resize -> horizontal flip, float32 from the distortion on); at test time
+    detectron2's ``ResizeShortestEdge``."""
     validate_ssd_config(cfg)
     if not is_train:
         return utils.build_augmentation(cfg, is_train)
@@ -295,6 +349,6 @@ def build_ssd_augmentation(cfg: CfgNode, is_train: bool) -> List[T.Augmentation]
         ),
         RandomExpand(cfg.MODEL.PIXEL_MEAN, tuple(ssd.EXPAND_RATIO_RANGE), ssd.EXPAND_PROB),
         RandomMinIoUCrop(ssd.MIN_IOUS, ssd.MIN_CROP_SIZE),
-        T.Resize((ssd.SIZE, ssd.SIZE)),
+        Cv2Resize((ssd.SIZE, ssd.SIZE)),
         T.RandomFlip(0.5, horizontal=True),
     ]

@@ -7,32 +7,41 @@ import copy
 from typing import Any, Dict, List
 
 import numpy as np
-import torch
 from detectron2.config import CfgNode, configurable
 from detectron2.data import DatasetMapper
-from detectron2.data import detection_utils as utils
 from detectron2.data import transforms as T
 from detectron2.structures import BoxMode
 
 from .augmentation import build_ssd_augmentation
 
-__all__ = ["AlrpDatasetMapper", "build_alrp_mapper", "annotation_boxes"]
+__all__ = ["AlrpDatasetMapper", "build_alrp_mapper"]
 
 
-def annotation_boxes(annotations: List[Dict[str, Any]]) -> np.ndarray:
-    """(N, 4) XYXY_ABS boxes of the non-crowd annotations (crowd ones are dropped by the mapper anyway)."""
-    boxes = [
-        BoxMode.convert(obj["bbox"], obj["bbox_mode"], BoxMode.XYXY_ABS)
-        for obj in annotations
-        if obj.get("iscrowd", 0) == 0
-    ]
+def _annotation_boxes(annotations: List[Dict[str, Any]]) -> np.ndarray:
+    """(N, 4) XYXY_ABS boxes of all annotations, crowd ones included: they take part in the min-IoU
+    crop's IoU and centre tests as mmdet's ``gt_bboxes_ignore`` (the mapper drops them afterwards)."""
+    boxes = [BoxMode.convert(obj["bbox"], obj["bbox_mode"], BoxMode.XYXY_ABS) for obj in annotations]
     return np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
+
+
+class _BoxesToAugmentations:
+    """Wraps a mapper's ``AugmentationList``: sets ``aug_input.boxes`` before running it, which is the
+    one thing detectron2's ``DatasetMapper.__call__`` (``T.AugInput(image, sem_seg=...)``) leaves out."""
+
+    def __init__(self, augmentations: T.AugmentationList, boxes: np.ndarray):
+        self.augmentations = augmentations
+        self.boxes = boxes
+
+    def __call__(self, aug_input: T.AugInput) -> T.Transform:
+        aug_input.boxes = self.boxes
+        return self.augmentations(aug_input)
 
 
 class AlrpDatasetMapper(DatasetMapper):
     """detectron2's ``DatasetMapper``; with ``boxes_to_augmentations`` (INPUT.SSD.ENABLED in training)
-    the augmentations get ``T.AugInput(image, boxes=...)``. Boxes a crop removes become empty and are
-    dropped by ``utils.filter_empty_instances``; an image may end with zero instances."""
+    the augmentations also get the boxes of all annotations (``AugInput.boxes``). detectron2's
+    ``__call__`` does the rest: crowd annotations are dropped and boxes a crop removed (made empty)
+    are filtered by ``utils.filter_empty_instances``; an image may end with zero instances."""
 
     @configurable
     def __init__(self, is_train: bool, *, boxes_to_augmentations: bool = False, **kwargs):
@@ -49,20 +58,17 @@ class AlrpDatasetMapper(DatasetMapper):
         return ret
 
     def __call__(self, dataset_dict: Dict[str, Any]) -> Dict[str, Any]:
+        """detectron2's ``DatasetMapper.__call__`` on a shallow copy of this mapper whose augmentations
+        receive the boxes of ``dataset_dict`` (a copy, so that the mapper holds no per-image state)."""
         if not self.boxes_to_augmentations:
             return super().__call__(dataset_dict)
         if "sem_seg_file_name" in dataset_dict:
             raise ValueError("INPUT.SSD.ENABLED supports detection datasets only (got a sem_seg_file_name)")
-        dataset_dict = copy.deepcopy(dataset_dict)
-        image = utils.read_image(dataset_dict["file_name"], format=self.image_format)
-        utils.check_image_size(dataset_dict, image)
-        aug_input = T.AugInput(image, boxes=annotation_boxes(dataset_dict.get("annotations", [])))
-        transforms = self.augmentations(aug_input)
-        image = aug_input.image
-        dataset_dict["image"] = torch.as_tensor(np.ascontiguousarray(image.transpose(2, 0, 1)))
-        if "annotations" in dataset_dict:
-            self._transform_annotations(dataset_dict, transforms, image.shape[:2])
-        return dataset_dict
+        mapper = copy.copy(self)
+        mapper.augmentations = _BoxesToAugmentations(
+            self.augmentations, _annotation_boxes(dataset_dict.get("annotations", []))
+        )
+        return super(AlrpDatasetMapper, mapper).__call__(dataset_dict)
 
 
 def _check_ssd_compatible(cfg: CfgNode) -> None:

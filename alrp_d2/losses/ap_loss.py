@@ -1,6 +1,9 @@
-"""AP Loss (paper Eq. 1-3) as an instance of the error-driven framework (Sec. 3)."""
+"""AP Loss (paper Eq. 1-3) as an instance of the error-driven framework (Sec. 3), with or without
+the interpolation of the original AP Loss (Chen et al., CVPR 2019; the official ``APLoss``)."""
 
 from __future__ import annotations
+
+from typing import Optional
 
 import torch
 from torch import Tensor
@@ -9,43 +12,76 @@ from .error_driven import (
     ErrorDrivenRankingLoss,
     RankingLossOutput,
     check_hyperparameters,
-    check_ranking_inputs,
     output_dtype,
     zero_connected,
 )
+from .global_ranking import RankingGroup, exchange_positives
 from .relation_sums import PositiveRanking
 
-__all__ = ["ap_loss", "ap_loss_terms"]
+__all__ = ["ap_loss", "ap_loss_terms", "interpolated_errors"]
+
+#: The gate of a loss without one: only positives with N_FP(i) = 0, whose error is 0, are skipped.
+_NO_GATE = torch.finfo(torch.float64).tiny
 
 
-def ap_loss_terms(logits: Tensor, labels: Tensor, delta: float = 1.0, eps: float = 1e-5) -> RankingLossOutput:
-    """AP Loss with ``l(i) = N_FP(i) / rank(i)`` and target ``l*(i) = 0`` ("Deriving AP Loss",
-    Sec. 3), without the interpolation of the original AP Loss.
+def interpolated_errors(ranking: PositiveRanking) -> Tensor:
+    """``l(i) = 1 - max_{k in P, s_k <= s_i} prec(k) = min_{k in P, s_k <= s_i} N_FP(k) / rank(k)``
+    for every sorted positive: the official APLoss's running maximum of the precision over the
+    positives it visits before ``i`` (ascending score). Tied positives have the same precision,
+    so the result does not depend on the order of ties; every tie takes the minimum up to its last
+    member. A cumulative minimum: O(P)."""
+    running = torch.cummin(ranking.num_false_positives / ranking.rank, 0).values
+    scores = ranking.positive_scores
+    return running[torch.searchsorted(scores, scores, right=True) - 1]
+
+
+def ap_loss_terms(
+    logits: Tensor,
+    labels: Tensor,
+    delta: float = 1.0,
+    eps: Optional[float] = 1e-5,
+    group: Optional[RankingGroup] = None,
+    interpolated: bool = False,
+) -> RankingLossOutput:
+    """AP Loss with target ``l*(i) = 0`` ("Deriving AP Loss", Sec. 3) and the error-driven gradient
+    ``dL/ds_i = -l(i) / |P|``, ``dL/ds_j = sum_i l(i) H(x_ij) / N_FP(i) / |P|``, where
+    ``l(i) = N_FP(i) / rank(i) = 1 - prec(i)`` or, with ``interpolated``,
+    :func:`interpolated_errors`. The interpolated loss is the official APLoss (the paper's AP Loss
+    rows): its negative weight ``(1 - max_prec) / (1 - prec(i))`` on ``H(x_ij) / rank(i)`` equals
+    ``l(i) H(x_ij) / N_FP(i)``, and its loss ``1 - mean(max_prec)`` counts every positive.
 
     Args:
         logits: (M,) flattened classification logits.
         labels: (M,) 1 positive, 0 negative, -1 ignored.
         delta: smoothness of the step function H.
-        eps: positives with N_FP(i) < eps get no gradient.
+        eps: positives with N_FP(i) < eps get no gradient (App. E line 28); None: no gate, as
+            the official APLoss.
+        group: rank the examples of all workers of this group as one ranking (see
+            :mod:`alrp_d2.losses.global_ranking`; logit gradients times the world size).
+        interpolated: interpolate the precision as the official APLoss.
 
     Returns:
         The loss with the error-driven gradient and the summed gradient magnitudes of the
         positives and negatives. Without positives the loss is a zero connected to ``logits``.
     """
-    check_hyperparameters(delta, eps)
-    num_positives = check_ranking_inputs(logits, labels)
+    gate = _NO_GATE if eps is None else eps
+    check_hyperparameters(delta, gate)
+    num_positives, exchange = exchange_positives(logits, labels, None, group)
     dtype = output_dtype(logits)
     if num_positives == 0:
         zero = zero_connected(logits, dtype)
         return RankingLossOutput(zero, zero.detach(), zero.detach())
     with torch.autocast(device_type=logits.device.type, enabled=False):
-        ranking = PositiveRanking.build(logits, labels == 1, labels == 0, delta)
-        errors = ranking.num_false_positives / ranking.rank
+        ranking = PositiveRanking.build(logits, labels == 1, labels == 0, delta, exchange)
+        errors = interpolated_errors(ranking) if interpolated else ranking.num_false_positives / ranking.rank
         return RankingLossOutput(
-            *ErrorDrivenRankingLoss.apply(logits, ranking, errors, torch.zeros_like(errors), None, eps)
+            *ErrorDrivenRankingLoss.apply(logits, ranking, errors, torch.zeros_like(errors), None, gate)
         )
 
 
-def ap_loss(logits: Tensor, labels: Tensor, delta: float = 1.0, eps: float = 1e-5) -> Tensor:
-    """AP Loss, ``1 - AP_50`` over the ranking of all positives and negatives (Eq. 1)."""
-    return ap_loss_terms(logits, labels, delta, eps).loss
+def ap_loss(
+    logits: Tensor, labels: Tensor, delta: float = 1.0, eps: Optional[float] = 1e-5, interpolated: bool = False
+) -> Tensor:
+    """AP Loss, ``1 - AP_50`` over the ranking of all positives and negatives (Eq. 1); see
+    :func:`ap_loss_terms`."""
+    return ap_loss_terms(logits, labels, delta, eps, interpolated=interpolated).loss

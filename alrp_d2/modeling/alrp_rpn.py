@@ -9,6 +9,7 @@ import torch
 from detectron2.config import CfgNode, configurable
 from detectron2.layers import ShapeSpec, cat
 from detectron2.modeling import PROPOSAL_GENERATOR_REGISTRY
+from detectron2.modeling.matcher import Matcher
 from detectron2.modeling.proposal_generator import RPN
 from detectron2.structures import Boxes
 from detectron2.utils.events import get_event_storage
@@ -17,7 +18,23 @@ from torch import Tensor
 from ..config import validate_alrp_config
 from .head_loss import DetectionRankingLoss, build_ranking_loss, dense_loc_errors
 
-__all__ = ["AlrpRPN"]
+__all__ = ["AlrpRPN", "MinIoULowQualityMatcher"]
+
+
+class MinIoULowQualityMatcher(Matcher):
+    """detectron2's Matcher with low-quality matches (Faster R-CNN's rule (i): each ground truth's best
+    predictions, ties included, become positives) made only for the ground truths whose best IoU is at least
+    ``min_iou``: mmdetection's ``MaxIoUAssigner(match_low_quality=True, min_pos_iou=min_iou)``, the official
+    aLRP RPN assigner (``min_pos_iou=0.3``). With ``min_iou=0`` it is detectron2's Matcher."""
+
+    def __init__(self, thresholds: List[float], labels: List[int], *, min_iou: float):
+        super().__init__(thresholds, labels, allow_low_quality_matches=True)
+        self.min_iou = min_iou
+
+    def set_low_quality_matches_(self, match_labels: Tensor, match_quality_matrix: Tensor) -> None:
+        """detectron2's low-quality matching restricted to the rows (ground truths) whose best IoU >= min_iou."""
+        eligible = match_quality_matrix.max(dim=1).values >= self.min_iou
+        super().set_low_quality_matches_(match_labels, match_quality_matrix[eligible])
 
 
 @PROPOSAL_GENERATOR_REGISTRY.register()
@@ -26,7 +43,8 @@ class AlrpRPN(RPN):
     ranking over the objectness logits of every labelled anchor of every image of the batch:
     no sampling (App. G.4). E_loc is computed on the decoded boxes of the positives with
     tau = MODEL.ALRP.RPN_TAU, the RPN's positive threshold; both components are weighted by
-    MODEL.ALRP.RPN_WEIGHT (Sec. 5.4). Losses: ``loss_rpn_<cls_loss>_cls`` and ``_loc``.
+    MODEL.ALRP.RPN_WEIGHT (Sec. 5.4). Low-quality matches need IoU >= MODEL.ALRP.RPN_LOW_QUALITY_MIN_IOU
+    (:class:`MinIoULowQualityMatcher`). Losses: ``loss_rpn_<cls_loss>_cls`` and ``_loc``.
     """
 
     @configurable
@@ -48,6 +66,9 @@ class AlrpRPN(RPN):
         validate_alrp_config(cfg)
         alrp = cfg.MODEL.ALRP
         ret = super().from_config(cfg, input_shape)
+        ret["anchor_matcher"] = MinIoULowQualityMatcher(
+            cfg.MODEL.RPN.IOU_THRESHOLDS, cfg.MODEL.RPN.IOU_LABELS, min_iou=alrp.RPN_LOW_QUALITY_MIN_IOU
+        )
         ret["ranking_loss"] = build_ranking_loss(cfg, "rpn", alrp.RPN_DELTA, alrp.RPN_WEIGHT)
         ret["loc_error_kind"] = alrp.LOC_ERROR
         ret["tau"] = alrp.RPN_TAU

@@ -9,8 +9,17 @@ from typing import List, Tuple
 import torch
 from detectron2.structures import Boxes, pairwise_iou
 from torch import Tensor
+from torch.nn.utils.rnn import pad_sequence
 
-__all__ = ["AtssMatcher"]
+__all__ = ["AtssMatcher", "pad_per_image"]
+
+
+def pad_per_image(values: List[Tensor], padding_value: float) -> Tensor:
+    """(N, G, ...) the per-image (G_n, ...) tensors padded to G = max(1, max G_n), so that index 0
+    is valid for every image."""
+    # A one-row dummy sequence keeps G >= 1 when no image has a row.
+    dummy = values[0].new_full((1, *values[0].shape[1:]), padding_value)
+    return pad_sequence([*values, dummy], batch_first=True, padding_value=padding_value)[:-1]
 
 
 class AtssMatcher:
@@ -39,30 +48,47 @@ class AtssMatcher:
             matched_idxs: (R,) int64 index of the matched ground truth (0 for negatives).
             labels: (R,) int8, 1 for positives and 0 for negatives (as detectron2's Matcher).
         """
+        matched_idxs, labels = self.match_batch(pad_per_image([gt_boxes.tensor], 0.0), [len(gt_boxes)], anchors)
+        return matched_idxs[0], labels[0]
+
+    def match_batch(self, gt_boxes: Tensor, num_gt: List[int], anchors: List[Boxes]) -> Tuple[Tensor, Tensor]:
+        """All images of a batch at once; every ground truth is one row of the same computation.
+
+        Args:
+            gt_boxes: (N, G, 4) ground-truth boxes, image ``n`` holding ``num_gt[n]`` valid rows
+                (see :func:`pad_per_image`).
+            num_gt: the number of ground truths of each image.
+            anchors: the anchors of each pyramid level (R anchors in total, the same for every image).
+
+        Returns:
+            matched_idxs: (N, R) int64 index into the image's ground truths (0 for negatives).
+            labels: (N, R) int8, 1 for positives and 0 for negatives.
+        """
+        num_images, max_gt = gt_boxes.shape[:2]
+        rows = Boxes(gt_boxes.reshape(-1, 4))
+        valid = torch.arange(max_gt, device=gt_boxes.device) < torch.as_tensor(num_gt, device=gt_boxes.device)[:, None]
         all_anchors = Boxes.cat(anchors)
-        num_anchors = len(all_anchors)
-        device = all_anchors.device
-        if len(gt_boxes) == 0:
-            return (
-                torch.zeros(num_anchors, dtype=torch.int64, device=device),
-                torch.zeros(num_anchors, dtype=torch.int8, device=device),
-            )
-        ious = pairwise_iou(gt_boxes, all_anchors)  # G x R
+        ious = pairwise_iou(rows, all_anchors)  # NG x R
         anchor_centers = all_anchors.get_centers()
-        distances = torch.cdist(gt_boxes.get_centers(), anchor_centers)  # G x R
-        candidates = self._closest_per_level(distances, [len(level) for level in anchors])  # G x C
+        # Exact distances, as the official assigner: cdist's matrix-product form is off by up to ~0.01 px at
+        # 512 px, differently for different numbers of rows, which would make labels depend on the batch.
+        distances = torch.cdist(rows.get_centers(), anchor_centers, compute_mode="donot_use_mm_for_euclid_dist")
+        candidates = self._closest_per_level(distances, [len(level) for level in anchors])  # NG x C
 
         candidate_ious = ious.gather(1, candidates)
         correction = 1 if candidates.shape[1] > 1 else 0
         threshold = candidate_ious.mean(1) + candidate_ious.std(1, correction=correction)
-        positive = (candidate_ious >= threshold[:, None]) & self._centers_inside(
-            anchor_centers[candidates], gt_boxes.tensor
+        positive = (
+            (candidate_ious >= threshold[:, None])
+            & self._centers_inside(anchor_centers[candidates], rows.tensor)
+            & valid.reshape(-1, 1)
         )
 
         positive_ious = torch.full_like(ious, -1.0)
         positive_ious.scatter_(1, candidates, torch.where(positive, candidate_ious, -1.0))
-        best_iou, matched_idxs = positive_ious.max(dim=0)
-        return matched_idxs, (best_iou > -1.0).to(torch.int8)
+        best_iou, matched_idxs = positive_ious.view(num_images, max_gt, -1).max(dim=1)
+        labels = best_iou > -1.0
+        return torch.where(labels, matched_idxs, 0), labels.to(torch.int8)
 
     def _closest_per_level(self, distances: Tensor, level_sizes: List[int]) -> Tensor:
         """Indices of the ``topk`` anchors nearest to each GT centre on every level."""

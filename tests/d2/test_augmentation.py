@@ -17,6 +17,7 @@ from alrp_d2.data.augmentation import (
     PhotometricDistortionParams,
     RandomExpand,
     RandomMinIoUCrop,
+    crop_accepted,
 )
 
 SIZE = 64
@@ -54,7 +55,7 @@ def test_full_pipeline_keeps_box_on_its_pixels():
         aug_input = T.AugInput(rectangle_image(), boxes=box.copy())
         augs(aug_input)
         image, (out_box,) = aug_input.image, aug_input.boxes
-        assert image.shape == (SIZE, SIZE, 3) and image.dtype == np.uint8
+        assert image.shape == (SIZE, SIZE, 3) and image.dtype == np.float32
         assert np.all(out_box >= 0) and np.all(out_box <= SIZE), (seed, out_box)
         assert out_box[2] > out_box[0] and out_box[3] > out_box[1], "the only box was cropped away"
         bright = image.max(axis=2) > BRIGHT
@@ -75,7 +76,7 @@ def test_photometric_distortion_changes_only_pixels():
         aug_input = T.AugInput(image.copy(), boxes=boxes.copy())
         tfm = PhotometricDistortion()(aug_input)
         assert isinstance(tfm, T.ColorTransform)
-        assert aug_input.image.dtype == np.uint8 and aug_input.image.shape == image.shape
+        assert aug_input.image.dtype == np.float32 and aug_input.image.shape == image.shape
         np.testing.assert_array_equal(aug_input.boxes, boxes)
         changed += int(not np.array_equal(aug_input.image, image))
     assert changed > 10
@@ -86,29 +87,71 @@ def test_photometric_distortion_rgb_is_bgr_with_channels_reversed():
     params = dict(brightness_delta=-20.0, contrast=1.3, contrast_first=False, saturation=1.4, hue_delta=12.0)
     bgr = PhotometricDistortionParams(**params, image_format="BGR")(image)
     rgb = PhotometricDistortionParams(**params, image_format="RGB")(image[..., ::-1].copy())
-    assert np.abs(bgr.astype(int) - rgb[..., ::-1].astype(int)).max() <= 1
+    np.testing.assert_allclose(bgr, rgb[..., ::-1], atol=1e-3)
 
 
 def test_photometric_identity_when_no_step_is_drawn():
     image = np.random.default_rng(2).integers(0, 256, (8, 8, 3), dtype=np.uint8)
     params = PhotometricDistortionParams(None, None, True, None, None)
-    np.testing.assert_array_equal(params(image), image)
+    np.testing.assert_allclose(params(image), image, atol=1e-3)
 
 
-def test_expand_fills_with_pixel_mean_and_shifts_boxes():
+def test_photometric_distortion_keeps_float_unrounded_and_unclipped():
+    """mmdet keeps the image float32 until normalisation: no rounding, no clipping to [0, 255]."""
+    image = np.array([[[250, 250, 250], [3, 3, 3], [10, 100, 200]]], np.uint8)
+    up = PhotometricDistortionParams(40.25, None, True, None, None)(image)
+    down = PhotometricDistortionParams(-40.25, None, True, None, None)(image)
+    assert up.dtype == np.float32 and down.dtype == np.float32
+    np.testing.assert_allclose(up, image + 40.25, atol=1e-3)
+    np.testing.assert_allclose(down[0, :2], image[0, :2] - 40.25, atol=1e-3)  # grey: HSV keeps negatives
+
+
+def test_channel_permutation_is_mmdets_last_step():
+    image = np.random.default_rng(3).integers(0, 256, (8, 8, 3), dtype=np.uint8)
+    params = PhotometricDistortionParams(None, 1.2, False, None, None, channel_order=(2, 0, 1))
+    np.testing.assert_allclose(params(image), image[..., [2, 0, 1]] * 1.2, atol=1e-3)
+
+
+def test_channels_are_permuted_with_probability_half():
+    """A colour whose channel order no other step changes (hue 28 deg +- 18 stays in its sextant):
+    the channels end in another order in p(permute) * 5/6 of the draws."""
+    image = np.empty((4, 4, 3), np.uint8)
+    image[...] = (10, 100, 200)
+    draws, permuted, reordered = 1200, 0, 0
+    for seed in range(draws):
+        np.random.seed(seed)
+        tfm = PhotometricDistortion()(T.AugInput(image.copy()))
+        permuted += tfm.op.channel_order is not None
+        reordered += not np.array_equal(np.argsort(tfm.apply_image(image)[0, 0]), [0, 1, 2])
+    assert 0.45 < permuted / draws < 0.55
+    assert 0.5 * 5 / 6 - 0.05 < reordered / draws < 0.5 * 5 / 6 + 0.05
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.float32])
+def test_expand_fills_with_pixel_mean_and_shifts_boxes(dtype):
     mean = (103.53, 116.28, 123.675)
-    image = np.full((20, 30, 3), 255, np.uint8)
+    image = np.full((20, 30, 3), 255, dtype)
     np.random.seed(0)
     aug_input = T.AugInput(image, boxes=np.array([[0.0, 0.0, 30.0, 20.0]]))
     tfm = RandomExpand(mean, ratio_range=(3.0, 3.0), prob=1.0)(aug_input)
     out = aug_input.image
-    assert out.shape == (60, 90, 3) and out.dtype == np.uint8
+    assert out.shape == (60, 90, 3) and out.dtype == dtype
     x0, y0, x1, y1 = aug_input.boxes[0].astype(int)
     np.testing.assert_array_equal([x0, y0, x1 - x0, y1 - y0], [tfm.x0, tfm.y0, 30, 20])
     assert np.all(out[y0:y1, x0:x1] == 255)
     outside = np.ones(out.shape[:2], bool)
     outside[y0:y1, x0:x1] = False
-    np.testing.assert_array_equal(np.unique(out[outside], axis=0), [np.rint(mean).astype(np.uint8)])
+    fill = np.rint(mean) if dtype == np.uint8 else np.asarray(mean)  # a float image keeps the exact mean
+    np.testing.assert_array_equal(np.unique(out[outside], axis=0), [fill.astype(dtype)])
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.float32])
+def test_ssd_resize_is_cv2_inter_linear(dtype):
+    """mmdet's Resize (keep_ratio False) is mmcv's cv2 bilinear, without antialiasing."""
+    (resize,) = [a for a in build_ssd_augmentation(ssd_cfg(), is_train=True) if isinstance(a, T.Resize)]
+    image = np.random.default_rng(4).uniform(0, 255, (150, 100, 3)).astype(dtype)
+    out = resize.get_transform(image).apply_image(image)
+    np.testing.assert_array_equal(out, cv2.resize(image, (SIZE, SIZE), interpolation=cv2.INTER_LINEAR))
 
 
 def test_expand_probability_zero_is_noop():
@@ -162,19 +205,59 @@ def test_center_filtered_crop_drops_boxes_with_centre_outside_and_clips_the_othe
     assert tfm.apply_image(np.zeros((100, 100, 3), np.uint8)).shape == (40, 50, 3)
 
 
-def test_min_iou_crop_leaves_images_without_boxes_uncropped():
-    crop = RandomMinIoUCrop()
+def test_min_iou_crop_crops_images_without_boxes_as_mmdet():
+    crop = RandomMinIoUCrop(min_ious=(0.5,))
     image = np.zeros((50, 60, 3), np.uint8)
     for seed in range(10):
         np.random.seed(seed)
-        assert isinstance(crop.get_transform(image, np.zeros((0, 4))), NoOpTransform)
-        assert isinstance(crop.get_transform(image, np.array([[5.0, 5.0, 5.0, 9.0]])), NoOpTransform)
+        assert isinstance(crop.get_transform(image, np.zeros((0, 4))), CenterFilteredCropTransform)
+        assert isinstance(crop.get_transform(image, np.array([[5.0, 5.0, 5.0, 9.0]])), CenterFilteredCropTransform)
     with pytest.raises(ValueError, match="needs the ground-truth boxes"):
         crop.get_transform(image, None)
 
 
+def test_min_iou_one_is_no_crop_and_defaults_are_mmdets_modes():
+    crop = RandomMinIoUCrop(min_ious=(1.0,))
+    for seed in range(10):
+        np.random.seed(seed)
+        assert isinstance(crop.get_transform(np.zeros((50, 60, 3)), np.array([[5.0, 5.0, 20.0, 20.0]])), NoOpTransform)
+    (built,) = [a for a in build_ssd_augmentation(ssd_cfg(), is_train=True) if isinstance(a, RandomMinIoUCrop)]
+    assert built.min_ious == RandomMinIoUCrop().min_ious == (1.0, 0.1, 0.3, 0.5, 0.7, 0.9, 0.0)
+
+
+def test_mode_zero_accepts_a_crop_that_no_positive_iou_mode_accepts():
+    boxes = np.array([[10.0, 10.0, 30.0, 30.0], [60.0, 60.0, 90.0, 90.0]])
+    patch = np.array([[0, 0, 50, 50]])  # keeps the first box, misses the second (IoU 0)
+    assert crop_accepted(patch, boxes, 0.0)[0]
+    assert not any(crop_accepted(patch, boxes, min_iou)[0] for min_iou in (0.1, 0.3, 0.5, 0.7, 0.9, 1e-6))
+    assert not crop_accepted(np.array([[0, 0, 15, 15]]), boxes, 0.0)[0]  # no centre inside
+
+
+def test_mode_zero_crops_can_lose_a_box_and_positive_modes_cannot():
+    image = np.zeros((100, 100, 3), np.uint8)
+    boxes = np.array([[2.0, 2.0, 22.0, 22.0], [78.0, 78.0, 98.0, 98.0]])
+    lost = {}
+    for min_iou in (0.0, 0.1):
+        crop, lost[min_iou] = RandomMinIoUCrop(min_ious=(min_iou,)), 0
+        for seed in range(100):
+            np.random.seed(seed)
+            tfm = crop.get_transform(image, boxes)
+            lost[min_iou] += int((tfm.apply_box(boxes)[:, 2:] <= 0).any())
+    assert lost[0.0] > 0 and lost[0.1] == 0
+
+
+def test_crowd_box_changes_the_crop_decision():
+    """Crowd boxes take part in the IoU and centre tests (mmdet's gt_bboxes_ignore)."""
+    box, crowd = np.array([[10.0, 10.0, 40.0, 40.0]]), np.array([[60.0, 60.0, 95.0, 95.0]])
+    patch = np.array([[0, 0, 50, 50]])
+    assert crop_accepted(patch, box, 0.3)[0] and not crop_accepted(patch, np.concatenate([box, crowd]), 0.3)[0]
+    crowd_only_patch = np.array([[55, 55, 100, 100]])  # holds only the crowd box's centre
+    assert not crop_accepted(crowd_only_patch, box, 0.0)[0]
+    assert crop_accepted(crowd_only_patch, np.concatenate([box, crowd]), 0.0)[0]
+
+
 def test_min_iou_crop_impossible_constraint_terminates_uncropped():
-    crop = RandomMinIoUCrop(min_ious=(1.0,), min_crop_size=0.9, max_mode_trials=5)
+    crop = RandomMinIoUCrop(min_ious=(0.99,), min_crop_size=0.9, max_mode_trials=5)
     np.random.seed(0)
     for _ in range(20):
         assert isinstance(
@@ -194,6 +277,7 @@ def test_min_iou_crop_impossible_constraint_terminates_uncropped():
         ("EXPAND_RATIO_RANGE", (0.5, 4.0)),
         ("MIN_IOUS", ()),
         ("MIN_IOUS", (0.1, 1.5)),
+        ("MIN_IOUS", (-0.1,)),
         ("MIN_CROP_SIZE", 1.5),
         ("MIN_CROP_SIZE", 0.0),
     ],
@@ -249,7 +333,7 @@ def test_ssd_mapper_instances_are_inside_and_keep_their_classes(two_box_dict):
         np.random.seed(seed)
         out = mapper(two_box_dict)
         assert "annotations" not in out
-        assert tuple(out["image"].shape) == (3, SIZE, SIZE)
+        assert tuple(out["image"].shape) == (3, SIZE, SIZE) and out["image"].dtype == torch.float32
         instances = out["instances"]
         boxes, classes = instances.gt_boxes.tensor.numpy(), instances.gt_classes.tolist()
         assert 1 <= len(instances) <= 2 and set(classes) <= {0, 1} and len(set(classes)) == len(classes)
@@ -265,6 +349,23 @@ def test_ssd_mapper_image_with_only_crowd_has_zero_instances(two_box_dict):
     np.random.seed(0)
     out = build_alrp_mapper(ssd_cfg(), is_train=True)(crowd_only)
     assert len(out["instances"]) == 0 and tuple(out["image"].shape) == (3, SIZE, SIZE)
+
+
+class RecordBoxes(T.Augmentation):
+    """Records the boxes the augmentations are given."""
+
+    def get_transform(self, image, boxes):
+        self.boxes = boxes.copy()
+        return NoOpTransform()
+
+
+def test_ssd_mapper_gives_crowd_boxes_to_the_augmentations_and_drops_them_after(two_box_dict):
+    recorder = RecordBoxes()
+    mapper = AlrpDatasetMapper(True, augmentations=[recorder], image_format="BGR", boxes_to_augmentations=True)
+    out = mapper(two_box_dict)
+    np.testing.assert_array_equal(recorder.boxes, [[10, 10, 60, 50], [90, 50, 150, 110], [60, 0, 90, 20]])
+    assert out["instances"].gt_classes.tolist() == [0, 1]
+    assert "image" in out and "annotations" not in out and "annotations" in two_box_dict
 
 
 def test_ssd_mapper_rejects_detectron2_crop():
