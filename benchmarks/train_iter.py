@@ -5,7 +5,10 @@ for Faster R-CNN, sampling) differs:
 
 * aLRP RetinaNet (``configs/alrp_R50_500.yaml``) vs detectron2's focal-loss ``RetinaNet``;
 * aLRP Faster R-CNN (``configs/alrp_faster_rcnn_R50_FPN_500.yaml``) vs detectron2's Faster R-CNN
-  (``RPN`` + ``StandardROIHeads``: cross-entropy + L1 with sampling).
+  (``RPN`` + ``StandardROIHeads``: cross-entropy + L1 with sampling);
+* aLRP FoveaBox (``configs/foveabox_alrp_R50_500.yaml``) vs ``FoveaBox`` with its focal loss + Smooth L1;
+* aLRP FCOS (``configs/alrp_fcos_R50_500.yaml``, with centre-ness) vs detectron2's FCOS (focal loss +
+  GIoU + centre-ness, ``ConfigurableFCOS``).
 
 An iteration is forward, backward and an SGD step on a batch already in memory (no data
 loading). The two models of a pair alternate iteration by iteration so that both see the same
@@ -49,10 +52,30 @@ def to_standard_faster_rcnn(cfg: CfgNode) -> None:
     cfg.MODEL.ROI_HEADS.NAME = "StandardROIHeads"
 
 
+def to_focal_foveabox(cfg: CfgNode) -> None:
+    cfg.MODEL.META_ARCHITECTURE = "FoveaBox"
+
+
+def to_focal_fcos(cfg: CfgNode) -> None:
+    cfg.MODEL.META_ARCHITECTURE = "ConfigurableFCOS"
+
+
 PAIRS: Dict[str, Tuple[str, Callable[[CfgNode], None]]] = {
     "retinanet": ("alrp_R50_500.yaml", to_focal_retinanet),
     "faster_rcnn": ("alrp_faster_rcnn_R50_FPN_500.yaml", to_standard_faster_rcnn),
+    "foveabox": ("foveabox_alrp_R50_500.yaml", to_focal_foveabox),
+    "fcos": ("alrp_fcos_R50_500.yaml", to_focal_fcos),
 }
+
+
+def num_classes(cfg: CfgNode) -> int:
+    """The number of classes of the config's detector."""
+    meta = cfg.MODEL.META_ARCHITECTURE
+    if "FoveaBox" in meta:
+        return cfg.MODEL.FOVEABOX.NUM_CLASSES
+    if "FCOS" in meta:
+        return cfg.MODEL.FCOS.NUM_CLASSES
+    return cfg.MODEL.RETINANET.NUM_CLASSES
 
 
 def load_config(name: str, device: str, depth: int) -> CfgNode:
@@ -106,7 +129,7 @@ def benchmark_pair(name: str, args: argparse.Namespace) -> Tuple[float, float]:
     models = [build_model(alrp_cfg).train(), build_model(baseline_cfg).train()]
     optimizers = [torch.optim.SGD(m.parameters(), lr=1e-4, momentum=0.9) for m in models]
     batches = make_batches(
-        args.warmup + args.iters, args.batch, args.size, alrp_cfg.MODEL.RETINANET.NUM_CLASSES, args.objects, args.device
+        args.warmup + args.iters, args.batch, args.size, num_classes(alrp_cfg), args.objects, args.device
     )
     times: List[List[float]] = [[], []]
     with EventStorage():

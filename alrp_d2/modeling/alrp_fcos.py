@@ -1,0 +1,141 @@
+"""aLRP FCOS: detectron2's FCOS (its location assignment and head) trained with aLRP Loss."""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional
+
+import torch
+from detectron2.config import configurable
+from detectron2.layers import ShapeSpec, cat
+from detectron2.modeling import BACKBONE_REGISTRY, META_ARCH_REGISTRY
+from detectron2.modeling.backbone import FPN, build_resnet_backbone
+from detectron2.modeling.backbone.fpn import LastLevelP6P7
+from detectron2.modeling.meta_arch.fcos import FCOS, FCOSHead
+from detectron2.modeling.meta_arch.retinanet import RetinaNet, RetinaNetHead
+from detectron2.structures import Boxes, ImageList
+from torch import Tensor
+from torch.nn import functional as F
+
+from ..config import require_config
+from .foveabox import dense_head_inputs
+from .head_loss import RankingLossDetector, dense_ranking_losses
+
+__all__ = ["AlrpFCOS", "ConfigurableFCOS", "build_fcos_resnet_fpn_backbone"]
+
+CENTERNESS_CHOICES = ("bce", "none")
+
+
+@BACKBONE_REGISTRY.register()
+def build_fcos_resnet_fpn_backbone(cfg, input_shape: ShapeSpec) -> FPN:
+    """ResNet-FPN P3-P7 with P6 and P7 computed from P5, as detectron2's FCOS config (Sec. 2.2 of
+    Tian et al., TPAMI 2022); RetinaNet's ``build_retinanet_resnet_fpn_backbone`` uses C5."""
+    out_channels = cfg.MODEL.FPN.OUT_CHANNELS
+    return FPN(
+        bottom_up=build_resnet_backbone(cfg, input_shape),
+        in_features=cfg.MODEL.FPN.IN_FEATURES,
+        out_channels=out_channels,
+        norm=cfg.MODEL.FPN.NORM,
+        top_block=LastLevelP6P7(out_channels, out_channels, in_feature="p5"),
+        fuse_type=cfg.MODEL.FPN.FUSE_TYPE,
+    )
+
+
+@META_ARCH_REGISTRY.register()
+class ConfigurableFCOS(FCOS):
+    """detectron2's FCOS (focal loss + GIoU + centre-ness BCE), built from MODEL.FCOS of a yacs
+    config (detectron2 builds it only from its LazyConfig): the baseline of :class:`AlrpFCOS`."""
+
+    # Whether MODEL.FCOS.CENTERNESS may be "none" (a head without the branch).
+    centerness_optional = False
+
+    @configurable
+    def __init__(self, **kwargs):
+        """Arguments of :class:`detectron2.modeling.meta_arch.fcos.FCOS`."""
+        super().__init__(**kwargs)
+
+    @classmethod
+    def from_config(cls, cfg) -> Dict:
+        fcos = cfg.MODEL.FCOS
+        choices = CENTERNESS_CHOICES if cls.centerness_optional else CENTERNESS_CHOICES[:1]
+        require_config(
+            fcos.CENTERNESS in choices, "MODEL.FCOS.CENTERNESS", fcos.CENTERNESS, f"{cls.__name__} supports {choices}"
+        )
+        backbone, head_args = dense_head_inputs(cfg, fcos)
+        return {
+            "backbone": backbone,
+            "head": FCOSHead(**head_args) if fcos.CENTERNESS == "bce" else RetinaNetHead(num_anchors=1, **head_args),
+            "head_in_features": fcos.IN_FEATURES,
+            "num_classes": fcos.NUM_CLASSES,
+            "center_sampling_radius": fcos.CENTER_SAMPLING_RADIUS,
+            "focal_loss_alpha": fcos.FOCAL_LOSS_ALPHA,
+            "focal_loss_gamma": fcos.FOCAL_LOSS_GAMMA,
+            "test_score_thresh": fcos.SCORE_THRESH_TEST,
+            "test_topk_candidates": fcos.TOPK_CANDIDATES_TEST,
+            "test_nms_thresh": fcos.NMS_THRESH_TEST,
+            "max_detections_per_image": cfg.TEST.DETECTIONS_PER_IMAGE,
+            "pixel_mean": cfg.MODEL.PIXEL_MEAN,
+            "pixel_std": cfg.MODEL.PIXEL_STD,
+        }
+
+
+@META_ARCH_REGISTRY.register()
+class AlrpFCOS(RankingLossDetector, ConfigurableFCOS):
+    """FCOS whose focal loss + GIoU loss is replaced by one aLRP Loss ranking over all
+    (location, class) pairs of the per-device batch, E_loc the GIoU error of the decoded boxes.
+
+    Centre-ness (MODEL.FCOS.CENTERNESS) exists in FCOS to make scores reflect localisation
+    quality, which aLRP Loss does by ranking: "bce" keeps the branch, trained by FCOS's BCE
+    (``loss_fcos_ctr``) and multiplied into the scores at test time (sqrt(p * c)); "none" builds
+    the head without it and ranks by the class scores alone.
+    """
+
+    centerness_optional = True
+    ranking_loss_name = "fcos"
+
+    @configurable
+    def __init__(self, **kwargs):
+        """kwargs: :class:`RankingLossDetector` and :class:`ConfigurableFCOS` arguments."""
+        super().__init__(**kwargs)
+        self.centerness = isinstance(self.head, FCOSHead)
+
+    @property
+    def _prediction_dims(self) -> List[int]:
+        return [self.num_classes, 4, 1] if self.centerness else [self.num_classes, 4]
+
+    def forward_training(self, images: ImageList, features: List[Tensor], predictions, gt_instances):
+        pred_logits, pred_deltas, *pred_centerness = self._transpose_dense_predictions(
+            predictions, self._prediction_dims
+        )
+        anchors = self.anchor_generator(features)
+        gt_labels, gt_boxes = self.label_anchors(anchors, gt_instances)
+        centerness = pred_centerness[0] if pred_centerness else None
+        return self.losses(anchors, pred_logits, gt_labels, pred_deltas, gt_boxes, centerness)
+
+    def losses(
+        self,
+        anchors: List[Boxes],
+        pred_logits: List[Tensor],
+        gt_labels: List[Tensor],
+        pred_anchor_deltas: List[Tensor],
+        gt_boxes: List[Tensor],
+        pred_centerness: Optional[List[Tensor]],
+    ) -> Dict[str, Tensor]:
+        """``loss_fcos_<cls loss>_cls`` and ``_loc`` (see :class:`DetectionRankingLoss`), and
+        with centre-ness FCOS's ``loss_fcos_ctr`` (BCE / EMA of the positives per batch)."""
+        losses = dense_ranking_losses(self, anchors, pred_logits, gt_labels, pred_anchor_deltas, gt_boxes)
+        if pred_centerness is not None:
+            anchor_labels = torch.stack(gt_labels)  # (N, R)
+            positive = (anchor_labels >= 0) & (anchor_labels != self.num_classes)
+            normalizer = self._ema_update("loss_normalizer", max(int(positive.sum()), 1), 300)
+            targets = self.compute_ctrness_targets(anchors, gt_boxes)
+            logits = cat(pred_centerness, dim=1).squeeze(dim=2)
+            loss_ctr = F.binary_cross_entropy_with_logits(logits[positive], targets[positive], reduction="sum")
+            losses["loss_fcos_ctr"] = loss_ctr / normalizer
+        return losses
+
+    def forward_inference(self, images: ImageList, features: List[Tensor], predictions: List[List[Tensor]]):
+        """FCOS's inference (scores sqrt(class score x centre-ness)); without the centre-ness branch
+        RetinaNet's (class scores), whose ``inference_single_image`` FCOS shares."""
+        if self.centerness:
+            return super().forward_inference(images, features, predictions)
+        return RetinaNet.forward_inference(self, images, features, predictions)
