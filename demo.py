@@ -6,16 +6,20 @@
         --lrp-thresholds output/quickstart_retinanet/inference/lrp_optimal_thresholds.json \\
         --opts MODEL.WEIGHTS output/quickstart_retinanet/model_final.pth
 
-The config is built like train_net.py's (detectron2's defaults, the aLRP keys, the file, then
-``--opts``). ``--input`` takes image files, directories (their images, sorted) and glob patterns
-(the matching files, sorted). Each input gets one image of the same file name in ``--output``.
-With ``--lrp-thresholds`` (the file COCOLRPEvaluator writes to OUTPUT_DIR/inference) a detection
-is drawn when its score reaches the LRP-optimal threshold of its class; otherwise when it reaches
-``--confidence-threshold``. Detections below the config's SCORE_THRESH_TEST are never produced.
+The config is built like train_net.py's (``alrp_d2.config.setup_cfg``: detectron2's defaults, the
+aLRP keys, the file, then ``--opts``); ``--dataset NAME ANNOTATIONS_JSON IMAGE_DIR`` registers a
+COCO-format dataset as train_net.py does, for its class names (``--opts DATASETS.TEST '("NAME",)'``).
+``--input`` takes image files, directories (their images, sorted) and glob patterns (the matching
+files, sorted). Each input gets one image of the same file name in ``--output``. With
+``--lrp-thresholds`` (the file COCOLRPEvaluator writes to OUTPUT_DIR/inference) a detection is
+drawn when its score reaches the LRP-optimal threshold of its class (``LRPThresholdPredictor``);
+otherwise when it reaches ``--confidence-threshold``. Detections below the config's
+SCORE_THRESH_TEST are never produced.
 
-An input that is missing or cannot be read or written is reported and skipped. Exit status: 0
-when every input was drawn, 1 when some input failed, 2 for a usage error or an unusable
-threshold file (nothing drawn).
+An input that is missing or cannot be read or written is reported and skipped; the model is not
+loaded when no input names an image. Exit status: 0 when every input was drawn, 1 when some input
+failed, 2 for a usage error, an unusable threshold file or dataset, or weights that do not fit the
+config (nothing drawn).
 """
 
 from __future__ import annotations
@@ -32,14 +36,15 @@ import tqdm
 from detectron2.config import CfgNode
 from detectron2.data import Metadata, MetadataCatalog
 from detectron2.data.detection_utils import read_image
-from detectron2.engine import DefaultPredictor
 from detectron2.structures import Instances
 from detectron2.utils.logger import setup_logger
 from detectron2.utils.visualizer import Visualizer
 from PIL import Image, UnidentifiedImageError
 
+from alrp_d2.checkpoint import AlrpPredictor, IncompatibleWeightsError
 from alrp_d2.config import setup_cfg
-from alrp_d2.evaluation import filter_by_class_thresholds, load_lrp_thresholds
+from alrp_d2.data.user_datasets import add_dataset_argument, check_num_classes, register_user_datasets
+from alrp_d2.evaluation import LRPThresholdPredictor
 
 __all__ = [
     "IMAGE_EXTENSIONS",
@@ -112,36 +117,28 @@ def _test_metadata(cfg: CfgNode) -> Metadata:
     return MetadataCatalog.get(cfg.DATASETS.TEST[0] if len(cfg.DATASETS.TEST) else "__unused")
 
 
-def _class_thresholds(cfg: CfgNode, thresholds_path: str) -> List[Optional[float]]:
-    """The thresholds of ``thresholds_path`` in the order of the test dataset's thing_classes."""
-    class_names = _test_metadata(cfg).get("thing_classes")
-    if class_names is None:
-        raise ThresholdError(
-            "the LRP thresholds are matched to the thing_classes of cfg.DATASETS.TEST[0], "
-            f"and {tuple(cfg.DATASETS.TEST)} has none"
-        )
-    try:
-        return load_lrp_thresholds(thresholds_path, class_names)
-    except (FileNotFoundError, ValueError) as error:
-        raise ThresholdError(str(error)) from error
-
-
 def build_predictor(cfg: CfgNode, thresholds_path: Optional[str] = None, confidence: float = 0.5) -> Predict:
-    """A function from a BGR image to the detections to draw, on the CPU: those at or above
-    their class's LRP-optimal threshold read from ``thresholds_path``, or else at or above
-    ``confidence``. Raises :class:`ThresholdError` for an unusable threshold file."""
-    thresholds = None if thresholds_path is None else _class_thresholds(cfg, thresholds_path)
+    """A function from a BGR image to the detections to draw, on the CPU: those of
+    :class:`LRPThresholdPredictor` with ``thresholds_path``, or else those at or above
+    ``confidence``. Raises :class:`ThresholdError`, before building the model, for an unusable
+    threshold file, and IncompatibleWeightsError for weights that do not fit the config."""
     if not cfg.MODEL.WEIGHTS:
         logger.warning("MODEL.WEIGHTS is empty: drawing the detections of a randomly initialised model")
-    predictor = DefaultPredictor(cfg)
+    if thresholds_path is None:
+        predictor = AlrpPredictor(cfg)
 
-    def predict(image: np.ndarray) -> Instances:
-        instances = predictor(image)["instances"].to("cpu")
-        if thresholds is not None:
-            return filter_by_class_thresholds(instances, thresholds)
-        return instances[instances.scores >= confidence]
+        def above_confidence(image: np.ndarray) -> Instances:
+            instances = predictor(image)["instances"].to("cpu")
+            return instances[instances.scores >= confidence]
 
-    return predict
+        return above_confidence
+    try:
+        lrp_predictor = LRPThresholdPredictor(cfg, thresholds_path)
+    except IncompatibleWeightsError:
+        raise
+    except (FileNotFoundError, ValueError) as error:
+        raise ThresholdError(str(error)) from error
+    return lambda image: lrp_predictor(image)["instances"].to("cpu")
 
 
 def draw_detections(image_bgr: np.ndarray, instances: Instances, metadata: Metadata, scale: float = 1.0) -> np.ndarray:
@@ -189,11 +186,13 @@ def run_demo(
     ``confidence`` is the score threshold when ``thresholds_path`` is None. Returns the written
     paths and the (input, reason) of every input that was missing or could not be read or written;
     those are logged and skipped. Raises :class:`ThresholdError`, before building the model, for an
-    unusable threshold file.
+    unusable threshold file. Without any input naming an image it returns before building the model.
     """
     paths, failed = expand_inputs(inputs)
     for entry, reason in failed:
         logger.error("%s: %s", entry, reason)
+    if not paths:
+        return [], failed
     predict = build_predictor(cfg, thresholds_path, confidence)
     metadata = _test_metadata(cfg)
     os.makedirs(output_dir, exist_ok=True)
@@ -226,6 +225,7 @@ def get_parser() -> argparse.ArgumentParser:
         help="minimum score of a drawn detection without --lrp-thresholds (default 0.5)",
     )
     parser.add_argument("--scale", type=float, default=1.0, help="size of the drawn images relative to the inputs")
+    add_dataset_argument(parser)
     parser.add_argument(
         "--opts",
         default=[],
@@ -247,8 +247,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     cfg.freeze()
     confidence = 0.5 if args.confidence_threshold is None else args.confidence_threshold
     try:
+        check_num_classes(cfg, register_user_datasets(args.dataset))
         written, failed = run_demo(cfg, args.input, args.output, args.lrp_thresholds, confidence, args.scale)
-    except ThresholdError as error:
+    except (ThresholdError, IncompatibleWeightsError, FileNotFoundError, ValueError) as error:
         logger.error("%s", error)
         return 2
     logger.info("Wrote %d image(s) to %s", len(written), args.output)

@@ -125,4 +125,23 @@ def test_cli_fails_clearly_without_alrp_keys(tmp_path, capsys):
     assert "has no aLRP keys" in capsys.readouterr().err
 
 
+def test_a_single_record_is_drawn_as_a_marker(tmp_path):
+    """A run shorter than the logging period has one record: a line through one point is invisible."""
+    run = write_metrics(tmp_path / "run", [training_record(0, RETINANET_HEADS)])
+    assert len(plot_tool.plot_training(str(run))) == 3
+    figures = plot_tool._figures(plot_tool.read_head_series(str(run / "metrics.json")))
+    for name, figure in figures.items():
+        data_lines = [line for line in figure.axes[0].get_lines() if len(line.get_xdata()) == 1]
+        assert data_lines and all(line.get_marker() not in (None, "None", "") for line in data_lines), name
+
+
+@pytest.mark.parametrize("iteration", ['"19"', "19.5", "null", "true"])
+def test_non_integer_iteration_names_the_line(tmp_path, iteration, capsys):
+    record = json.dumps(training_record(39, RETINANET_HEADS))
+    bad = json.dumps(training_record(19, RETINANET_HEADS)).replace('"iteration": 19', f'"iteration": {iteration}')
+    run = write_metrics(tmp_path, [training_record(0, RETINANET_HEADS)], tail=bad + "\n" + record + "\n")
+    assert plot_tool.main([str(run)]) == 1
+    assert "metrics.json:2: 'iteration' must be an integer, got" in capsys.readouterr().err
+
+
 # ---- demo.py -----------------------------------------------------------------------------------

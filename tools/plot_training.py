@@ -18,8 +18,11 @@ not written. Lines without these keys (evaluation results) are ignored; the valu
 detectron2's JSONWriter (every 20 iterations, cls/loc/grad_ratio smoothed by a median over 20
 iterations). When a resumed run logged an iteration again, its last value is plotted.
 
+A series of one record (a run shorter than the logging period) is drawn as a marker.
+
 Exit status: 0 when the plots were written; 1 with a message when OUTPUT_DIR has no
-metrics.json or metrics.json has none of these keys.
+metrics.json, metrics.json has none of these keys or a line whose ``iteration`` is no integer
+(the message gives the line number).
 """
 
 from __future__ import annotations
@@ -72,6 +75,9 @@ def _records(path: str):
                 logger.warning("%s:%d: skipped, not valid JSON (%s)", path, number, error)
                 continue
             if isinstance(record, dict) and "iteration" in record:
+                iteration = record["iteration"]
+                if isinstance(iteration, bool) or not isinstance(iteration, int):
+                    raise ValueError(f"{path}:{number}: 'iteration' must be an integer, got {iteration!r}")
                 yield record
 
 
@@ -89,6 +95,11 @@ def read_head_series(metrics_path: str) -> HeadSeries:
         iterations = sorted(values)
         series[kind][head] = (iterations, [values[i] for i in iterations])
     return series
+
+
+def _marker(series: Series) -> Optional[str]:
+    """A marker for a series of one point, which a line alone does not show."""
+    return "o" if len(series[0]) == 1 else None
 
 
 def _new_figure(title: str, panels: int = 1) -> Tuple[Figure, List[Axes]]:
@@ -113,11 +124,12 @@ def _components_figure(cls: Dict[str, Series], loc: Dict[str, Series]) -> Figure
     figure, axes = _new_figure("Loss and its components (unweighted)", len(heads))
     for ax, head in zip(axes, heads):
         if head in cls:
-            ax.plot(*cls[head], label=r"$\mathcal{L}_{cls}$")
+            ax.plot(*cls[head], marker=_marker(cls[head]), label=r"$\mathcal{L}_{cls}$")
         if head in loc:
-            ax.plot(*loc[head], label=r"$\mathcal{L}_{loc}$")
+            ax.plot(*loc[head], marker=_marker(loc[head]), label=r"$\mathcal{L}_{loc}$")
         if head in cls and head in loc:
-            ax.plot(*_total(cls[head], loc[head]), label=r"$\mathcal{L}$", color="black")
+            total = _total(cls[head], loc[head])
+            ax.plot(*total, marker=_marker(total), label=r"$\mathcal{L}$", color="black")
         ax.set_title(head)
         ax.legend()
     axes[0].set_ylabel("loss")
@@ -127,7 +139,7 @@ def _components_figure(cls: Dict[str, Series], loc: Dict[str, Series]) -> Figure
 def _weight_figure(weights: Dict[str, Series]) -> Figure:
     figure, (ax,) = _new_figure("Self-balance weight of the localisation component")
     for head in sorted(weights):
-        ax.step(*weights[head], where="post", label=head)
+        ax.step(*weights[head], where="post", marker=_marker(weights[head]), label=head)
     ax.set_ylabel(r"$w_r$")
     ax.legend()
     return figure
@@ -137,7 +149,7 @@ def _grad_ratio_figure(ratios: Dict[str, Series]) -> Figure:
     figure, (ax,) = _new_figure("Summed score-gradient magnitudes: negatives / positives")
     ax.axhline(1.0, color="gray", linestyle="--", linewidth=1, label="1")
     for head in sorted(ratios):
-        ax.plot(*ratios[head], label=head)
+        ax.plot(*ratios[head], marker=_marker(ratios[head]), label=head)
     finite = [v for _, values in ratios.values() for v in values if math.isfinite(v)]
     ax.set_ylim(0.0, max([2.0] + [1.1 * v for v in finite]))
     ax.set_ylabel(r"$\sum_{neg} |\partial\mathcal{L}/\partial s| \,/\, \sum_{pos} |\partial\mathcal{L}/\partial s|$")
@@ -162,7 +174,8 @@ def plot_training(output_dir: str, out_dir: Optional[str] = None) -> List[str]:
 
     Raises:
         FileNotFoundError: ``output_dir`` has no metrics.json.
-        ValueError: metrics.json has no sb/<name>/{cls,loc,weight} or <name>/grad_ratio key.
+        ValueError: metrics.json has no sb/<name>/{cls,loc,weight} or <name>/grad_ratio key, or a
+            line whose ``iteration`` is no integer (named by its line number).
     """
     metrics_path = os.path.join(output_dir, METRICS_FILE)
     if not os.path.isfile(metrics_path):

@@ -2,26 +2,58 @@
 
 from __future__ import annotations
 
+import logging
+import os
+import random
 import weakref
 from typing import List, Optional
 
+import numpy as np
 import torch
 from detectron2.checkpoint import DetectionCheckpointer
 from detectron2.config import CfgNode
-from detectron2.data import build_detection_test_loader, build_detection_train_loader
+from detectron2.data import build_detection_test_loader, build_detection_train_loader, get_detection_dataset_dicts
 from detectron2.engine import AMPTrainer, DefaultTrainer, SimpleTrainer, TrainerBase, create_ddp_model, hooks
 from detectron2.utils import comm
+from detectron2.utils.events import CommonMetricPrinter, EventWriter, JSONWriter, TensorboardXWriter
+from detectron2.utils.file_io import PathManager
 
+from ..checkpoint import AlrpCheckpointer
 from ..data import build_alrp_mapper
+from ..data.image_errors import ImageErrorGuard
+from ..data.samplers import ResumableBatchSampler, build_resumable_train_loader, derived_seed
 from ..evaluation import COCOLRPEvaluator
 from .self_balance import SelfBalanceHook, find_localisation_weights, self_balance_period
 
-__all__ = ["AlrpTrainer"]
+__all__ = ["AlrpTrainer", "DataPositionHook"]
+
+logger = logging.getLogger(__name__)
+
+STEP_RNG_KEY = 1  # separates the per-step seeds from the per-sample ones of SeededSamples
 
 
 def runs_cpu_workers(cfg: CfgNode) -> bool:
     """Whether this process is one of several workers training a CPU model (gloo)."""
     return comm.get_world_size() > 1 and torch.device(cfg.MODEL.DEVICE).type == "cpu"
+
+
+class DataPositionHook(hooks.HookBase):
+    """Makes the data and the random state of iteration k a function of (SEED, k, rank): before
+    training it starts the :class:`ResumableBatchSampler` at the first iteration (the one after the
+    checkpoint when resumed), and before every step it seeds python's, numpy's and torch's RNGs
+    (e.g. the ROI heads' sampling of proposals) from (SEED, k, rank)."""
+
+    def __init__(self, sampler: ResumableBatchSampler):
+        self.sampler = sampler
+
+    def before_train(self) -> None:
+        self.sampler.start_iteration = self.trainer.iter
+
+    def before_step(self) -> None:
+        seed = derived_seed(self.sampler.seed, STEP_RNG_KEY, self.sampler.rank, self.trainer.iter)
+        random.seed(seed)
+        np.random.seed(seed)
+        torch.manual_seed(seed)
 
 
 class AlrpTrainer(DefaultTrainer):
@@ -58,20 +90,69 @@ class AlrpTrainer(DefaultTrainer):
 
     @classmethod
     def build_train_loader(cls, cfg: CfgNode):
-        return build_detection_train_loader(cfg, mapper=build_alrp_mapper(cfg, is_train=True))
+        """detectron2's batches (TrainingSampler + aspect-ratio grouping) from a loader that resumes
+        exactly (:func:`build_resumable_train_loader`); image read errors name the file and are
+        skipped with DATALOADER.SKIP_UNREADABLE_IMAGES. Another DATALOADER.SAMPLER_TRAIN uses
+        detectron2's loader, whose stream restarts on resume."""
+        mapper = ImageErrorGuard(build_alrp_mapper(cfg, is_train=True), skip=cfg.DATALOADER.SKIP_UNREADABLE_IMAGES)
+        if cfg.DATALOADER.SAMPLER_TRAIN != "TrainingSampler":
+            logger.warning(
+                "DATALOADER.SAMPLER_TRAIN=%s: a resumed run restarts its sample stream (exact resume needs "
+                "TrainingSampler)",
+                cfg.DATALOADER.SAMPLER_TRAIN,
+            )
+            return build_detection_train_loader(cfg, mapper=mapper)
+        dataset_dicts = get_detection_dataset_dicts(
+            cfg.DATASETS.TRAIN,
+            filter_empty=cfg.DATALOADER.FILTER_EMPTY_ANNOTATIONS,
+            proposal_files=cfg.DATASETS.PROPOSAL_FILES_TRAIN if cfg.MODEL.LOAD_PROPOSALS else None,
+        )
+        return build_resumable_train_loader(
+            dataset_dicts,
+            mapper,
+            cfg.SOLVER.IMS_PER_BATCH,
+            cfg.SEED,
+            cfg.DATALOADER.ASPECT_RATIO_GROUPING,
+            cfg.DATALOADER.NUM_WORKERS,
+        )
 
     @classmethod
     def build_test_loader(cls, cfg: CfgNode, dataset_name: str):
-        return build_detection_test_loader(cfg, dataset_name, mapper=build_alrp_mapper(cfg, is_train=False))
+        mapper = ImageErrorGuard(build_alrp_mapper(cfg, is_train=False))
+        return build_detection_test_loader(cfg, dataset_name, mapper=mapper)
 
     @classmethod
     def build_evaluator(cls, cfg: CfgNode, dataset_name: str, output_folder: Optional[str] = None):
         return COCOLRPEvaluator(dataset_name, output_dir=output_folder or f"{cfg.OUTPUT_DIR}/inference")
 
+    def build_writers(self) -> List[EventWriter]:
+        """detectron2's writers, with metrics.json smoothed over SOLVER.LOG_PERIOD iterations."""
+        period = self.cfg.SOLVER.LOG_PERIOD
+        PathManager.mkdirs(self.cfg.OUTPUT_DIR)
+        return [
+            CommonMetricPrinter(self.max_iter, window_size=period),
+            JSONWriter(os.path.join(self.cfg.OUTPUT_DIR, "metrics.json"), window_size=period),
+            TensorboardXWriter(self.cfg.OUTPUT_DIR, window_size=period),
+        ]
+
     def build_hooks(self) -> List[hooks.HookBase]:
         """DefaultTrainer's hooks plus :class:`SelfBalanceHook` when a head is self-balanced,
-        placed before the checkpointer so that checkpoints include the finished step."""
+        placed before the checkpointer so that checkpoints include the finished step, and first
+        :class:`DataPositionHook` with the resumable loader. The writers run every
+        SOLVER.LOG_PERIOD iterations. The checkpointer (built before the hooks, which save with it)
+        becomes an :class:`AlrpCheckpointer`: weights that do not fit the model are an error unless
+        MODEL.ALLOW_PARTIAL_WEIGHTS."""
+        self.checkpointer = AlrpCheckpointer.like(self.checkpointer, self.cfg.MODEL.ALLOW_PARTIAL_WEIGHTS)
         hook_list = super().build_hooks()
+        hook_list = [  # DefaultTrainer's writer hook runs every 20 iterations; ours every LOG_PERIOD
+            hooks.PeriodicWriter(self.build_writers(), period=self.cfg.SOLVER.LOG_PERIOD)
+            if isinstance(hook, hooks.PeriodicWriter)
+            else hook
+            for hook in hook_list
+        ]
+        sampler = getattr(self._trainer.data_loader, "batch_sampler", None)
+        if isinstance(sampler, ResumableBatchSampler):
+            hook_list.insert(0, DataPositionHook(sampler))
         if any(weight.self_balanced for weight in find_localisation_weights(self.model).values()):
             position = next(
                 i for i, h in enumerate(hook_list) if isinstance(h, (hooks.PeriodicCheckpointer, hooks.EvalHook))

@@ -11,9 +11,10 @@ import numpy as np
 import torch
 from detectron2.config import CfgNode
 from detectron2.data import MetadataCatalog
-from detectron2.engine import DefaultPredictor
 from detectron2.structures import Instances
 from detectron2.utils.file_io import PathManager
+
+from ..checkpoint import AlrpPredictor
 
 
 def _parse_threshold(name: str, value: object, path: str) -> Optional[float]:
@@ -69,11 +70,12 @@ def _thing_classes(cfg: CfgNode) -> List[str]:
     return list(metadata.thing_classes)
 
 
-class LRPThresholdPredictor(DefaultPredictor):
-    """:class:`DefaultPredictor` returning only the detections at or above their class's
-    LRP-optimal threshold, read from ``thresholds_path`` and matched to
-    ``MetadataCatalog.get(cfg.DATASETS.TEST[0]).thing_classes``. Classes with a null threshold
-    (no ground truth or no true positive in the evaluation) yield no detection."""
+class LRPThresholdPredictor(AlrpPredictor):
+    """:class:`~alrp_d2.checkpoint.AlrpPredictor` (DefaultPredictor with checked weights)
+    returning only the detections at or above their class's LRP-optimal threshold, read from
+    ``thresholds_path`` and matched to ``MetadataCatalog.get(cfg.DATASETS.TEST[0]).thing_classes``.
+    Classes with a null threshold (no ground truth or no true positive in the evaluation) yield no
+    detection."""
 
     def __init__(self, cfg: CfgNode, thresholds_path: str):
         self.class_thresholds = load_lrp_thresholds(thresholds_path, _thing_classes(cfg))

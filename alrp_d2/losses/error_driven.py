@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, NamedTuple, Optional, Tuple
 
 import torch
@@ -40,8 +41,8 @@ def output_dtype(logits: Tensor) -> torch.dtype:
 
 def check_hyperparameters(delta: float, eps: float) -> None:
     """delta is the smoothness of H (App. E, Eq. 14); eps the N_FP threshold of line 28."""
-    if not delta > 0:
-        raise ValueError(f"delta must be > 0, got {delta}")
+    if not (delta > 0 and math.isfinite(delta)):
+        raise ValueError(f"delta must be finite and > 0, got {delta}")
     if not eps > 0:
         raise ValueError(f"eps must be > 0, got {eps}")
 
@@ -78,14 +79,19 @@ def check_ranking_inputs(logits: Tensor, labels: Tensor, extra: Optional[Tensor]
         )
     if not logits.is_floating_point():
         raise TypeError(f"logits must be a floating-point tensor, got {logits.dtype}")
+    if labels.is_floating_point() or labels.is_complex():
+        raise TypeError(f"labels must be an integer or bool tensor (1, 0, -1), got {labels.dtype}")
     # One host synchronisation: the number of positives, whether the logits sum to a finite
     # number (a NaN or inf anywhere makes it non-finite), the label range and, for ``extra``,
-    # whether it sums to a finite number.
-    label_min, label_max = torch.aminmax(labels) if labels.numel() else (labels.new_zeros(()), labels.new_zeros(()))
+    # whether it sums to a finite number and its smallest value.
+    ranged = labels.to(torch.int8) if labels.dtype == torch.bool else labels
+    label_min, label_max = torch.aminmax(ranged) if labels.numel() else (ranged.new_zeros(()), ranged.new_zeros(()))
     checks = [torch.count_nonzero(labels == 1), torch.isfinite(logits.sum()), label_min, label_max]
     if extra is not None:
-        checks.append(torch.isfinite(extra.detach().sum()))
-    num_positives, logits_finite, label_min, label_max, *extra_finite = torch.stack(
+        detached = extra.detach()
+        checks.append(torch.isfinite(detached.sum()))
+        checks.append(detached.min() if detached.numel() else detached.new_zeros(()))
+    num_positives, logits_finite, label_min, label_max, *extra_checks = torch.stack(
         [c.to(torch.float64) for c in checks]
     ).tolist()
     num_positives = int(num_positives)
@@ -94,12 +100,15 @@ def check_ranking_inputs(logits: Tensor, labels: Tensor, extra: Optional[Tensor]
     if not logits_finite:
         _raise_if_non_finite(logits, "logits")
     if extra is not None:
+        extra_finite, extra_min = extra_checks
         if extra.shape != (num_positives,):
             raise ValueError(
                 f"expected one localisation error per positive ({num_positives}), got shape {tuple(extra.shape)}"
             )
-        if not extra_finite[0]:
+        if not extra_finite:
             _raise_if_non_finite(extra, "localisation errors")
+        if extra_min < 0:
+            raise ValueError(f"localisation errors must be >= 0, got a minimum of {extra_min}")
     return num_positives
 
 
@@ -114,6 +123,11 @@ class ErrorDrivenRankingLoss(torch.autograd.Function):
     gradient. The returned value is ``1/Z sum_i loss_terms(i)``; ``loss_terms`` defaults to
     ``errors`` and lets a loss report one component of itself (aLRP's classification part,
     Eq. 11) while carrying the score gradient of the whole (App. F.3).
+
+    In a global ranking (``ranking.exchange`` set) P holds every worker's positives and the
+    loss is the global one on every worker; the logits receive their gradient multiplied by
+    the world size, so that DDP's average over the workers is the global loss's gradient. The
+    negative gradient magnitude is summed over the workers (one all-reduce of one float).
 
     Call as ``ErrorDrivenRankingLoss.apply(logits, ranking, errors, targets, loss_terms, eps)``
     with per-positive tensors in the ranking's sorted order. Returns
@@ -137,22 +151,29 @@ class ErrorDrivenRankingLoss(torch.autograd.Function):
         positive_grad = torch.where(active, -update, 0.0) / normaliser
         distributed = torch.where(active, update / ranking.num_false_positives.clamp_min(eps), 0.0) / normaliser
         negative_grad = ranking.negative_relation_sum(distributed)
+        local_positive_grad = positive_grad if ranking.local_slot is None else positive_grad[ranking.local_slot]
 
         dtype = output_dtype(logits)
         ctx.num_logits = logits.numel()
+        ctx.scale = ranking.gradient_scale
         ctx.save_for_backward(
-            ranking.positive_index, ranking.negative_mask, positive_grad.to(dtype), negative_grad.to(dtype)
+            ranking.positive_index, ranking.negative_mask, local_positive_grad.to(dtype), negative_grad.to(dtype)
         )
         terms = errors if loss_terms is None else loss_terms
         loss = (terms.sum() / normaliser).to(dtype)
-        positive_magnitude = torch.linalg.vector_norm(positive_grad, 1).to(dtype)
-        negative_magnitude = torch.linalg.vector_norm(negative_grad, 1).to(dtype)
+        positive_magnitude = torch.linalg.vector_norm(positive_grad, 1)
+        negative_magnitude = torch.linalg.vector_norm(negative_grad, 1)
+        if ranking.exchange is not None:
+            negative_magnitude = ranking.exchange.all_reduce_sum(negative_magnitude)
+        positive_magnitude, negative_magnitude = positive_magnitude.to(dtype), negative_magnitude.to(dtype)
         ctx.mark_non_differentiable(positive_magnitude, negative_magnitude)
         return loss, positive_magnitude, negative_magnitude
 
     @staticmethod
     def backward(ctx: Any, grad_loss: Tensor, *unused: Tensor) -> Tuple[Optional[Tensor], ...]:
         positive_index, negative_mask, positive_grad, negative_grad = ctx.saved_tensors
+        if ctx.scale != 1.0:
+            grad_loss = grad_loss * ctx.scale
         grad = positive_grad.new_zeros(ctx.num_logits)
         grad.masked_scatter_(negative_mask, negative_grad * grad_loss)
         grad[positive_index] = positive_grad * grad_loss
