@@ -2,46 +2,51 @@
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+import ast
+from typing import List, Optional, Sequence
 
 from detectron2.config import CfgNode as CN
 from detectron2.config import get_cfg
 
+from .losses.global_ranking import RANKINGS
 from .losses.localisation_error import LOC_ERROR_KINDS
 
 __all__ = ["add_alrp_config", "setup_cfg", "validate_alrp_config", "require_config", "CLS_LOSSES", "MATCHERS"]
 
-CLS_LOSSES = ("alrp", "ap")
+CLS_LOSSES = ("alrp", "ap", "ap_interpolated")
 MATCHERS = ("iou", "atss")
+
+# Paper recipe (issue 9): the norm of the official ResNets (BN statistics frozen, affine trained;
+# alrp_d2/modeling/backbone.py) and the registered backbones that build it.
+FROZEN_STATS_BN = "FrozenStatsBN"
+FROZEN_STATS_BN_BACKBONES = ("build_alrp_resnet_fpn_backbone", "build_alrp_retinanet_resnet_fpn_backbone")
 
 
 def add_alrp_config(cfg: CN) -> None:
     """Adds the aLRP keys to a detectron2 config (in place), as detectron2 projects do."""
     cfg.MODEL.ALRP = CN()
-    # Smoothness of the step function H (App. E, Eq. 14); the only hyperparameter of aLRP Loss.
-    cfg.MODEL.ALRP.DELTA = 1.0
-    # Localisation error E_loc: "giou" ((1 - GIoU) / 2) or "iou" (1 - IoU), divided by 1 - TAU.
-    cfg.MODEL.ALRP.LOC_ERROR = "giou"
-    # Positive-labelling IoU threshold used to normalise E_loc (Sec. 2.2).
-    cfg.MODEL.ALRP.TAU = 0.5
-    # Classification loss: "alrp" (aLRP Loss) or "ap" (AP Loss + IoU-based loss, paper Table 2 / App. G).
-    cfg.MODEL.ALRP.CLS_LOSS = "alrp"
-    # Self-balance (Sec. 4.2, App. F.3): the localisation weight becomes mean(L) / mean(L_loc) of the
-    # previous period; SB_PERIOD = 0 means one epoch (training images / IMS_PER_BATCH).
-    cfg.MODEL.ALRP.SB_ENABLED = True
-    cfg.MODEL.ALRP.SB_INIT_WEIGHT = 50.0
-    cfg.MODEL.ALRP.SB_PERIOD = 0
-    # Constant localisation weight w_r used when SB is off (paper Table 3).
-    cfg.MODEL.ALRP.LOC_WEIGHT = 1.0
-    # Anchor assignment of aLRP RetinaNet: "iou" (detectron2's Matcher with
-    # MODEL.RETINANET.IOU_THRESHOLDS) or "atss" (Zhang et al., CVPR 2020).
-    cfg.MODEL.ALRP.MATCHER = "iou"
-    cfg.MODEL.ALRP.ATSS_TOPK = 9
-    # aLRP Faster R-CNN (Sec. 5.4, App. G.4): weight of the whole RPN loss, the RPN's own tau
-    # (its positives are IoU >= 0.7) and delta.
-    cfg.MODEL.ALRP.RPN_WEIGHT = 0.2
-    cfg.MODEL.ALRP.RPN_TAU = 0.7
-    cfg.MODEL.ALRP.RPN_DELTA = 1.0
+    _add_loss_keys(cfg.MODEL.ALRP)
+    _add_self_balance_keys(cfg.MODEL.ALRP)
+    _add_retinanet_keys(cfg.MODEL.ALRP)
+    _add_faster_rcnn_keys(cfg.MODEL.ALRP)
+
+    # FoveaBox (Kong et al., IEEE TIP 2020) as mmdetection's FoveaHead (paper Sec. 5.4, App. G); its own
+    # loss (mmdet's config) is focal loss (alpha 0.4, gamma 1.5) + Smooth L1 on the encoded distances.
+    cfg.MODEL.FOVEABOX = _dense_head_config(norm="", focal_alpha=0.4, focal_gamma=1.5, score_thresh=0.05, nms=0.5)
+    # Per level: the edge normalising the encoded distances, the range of sqrt(w * h) it learns.
+    cfg.MODEL.FOVEABOX.BASE_EDGES = [16, 32, 64, 128, 256]
+    cfg.MODEL.FOVEABOX.SCALE_RANGES = [[1, 64], [32, 128], [64, 256], [128, 512], [256, 2048]]
+    # Positives: cells whose centre is in the central SIGMA fraction of the box (the fovea).
+    cfg.MODEL.FOVEABOX.SIGMA = 0.4
+    cfg.MODEL.FOVEABOX.SMOOTH_L1_BETA = 0.11
+    # Localisation loss of AlrpFoveaBox with an AP loss: "smooth_l1" (the paper's row) or "giou".
+    cfg.MODEL.FOVEABOX.AP_LOC_LOSS = "smooth_l1"
+    # detectron2's FCOS built from this config (ConfigurableFCOS, AlrpFCOS); defaults of its LazyConfig.
+    cfg.MODEL.FCOS = _dense_head_config(norm="GN", focal_alpha=0.25, focal_gamma=2.0, score_thresh=0.2, nms=0.6)
+    cfg.MODEL.FCOS.CENTER_SAMPLING_RADIUS = 1.5
+    # Centre-ness branch: "bce" (trained with BCE, sqrt(score * centre-ness) at test time, as FCOS)
+    # or "none" (no branch; AlrpFCOS only, where aLRP Loss makes scores reflect localisation).
+    cfg.MODEL.FCOS.CENTERNESS = "bce"
 
     # SSD-style training augmentation (Liu et al., ECCV 2016), as used by the paper.
     cfg.INPUT.SSD = CN()
@@ -53,8 +58,92 @@ def add_alrp_config(cfg: CN) -> None:
     cfg.INPUT.SSD.HUE_DELTA = 18
     cfg.INPUT.SSD.EXPAND_PROB = 0.5
     cfg.INPUT.SSD.EXPAND_RATIO_RANGE = (1.0, 4.0)
-    cfg.INPUT.SSD.MIN_IOUS = (0.1, 0.3, 0.5, 0.7, 0.9)
+    # Min-IoU crop modes, drawn uniformly (mmdet's sample_mode): 1 = no crop, 0 = any crop keeping a box centre.
+    cfg.INPUT.SSD.MIN_IOUS = (1.0, 0.1, 0.3, 0.5, 0.7, 0.9, 0.0)
     cfg.INPUT.SSD.MIN_CROP_SIZE = 0.3
+
+    # Robustness of training runs (README, "Resume", "Bad images", "Your own dataset").
+    # Loading weights whose shapes differ from the model's (another dataset's class head) is an
+    # error unless True (fine-tuning: those parameters keep their initialisation).
+    cfg.MODEL.ALLOW_PARTIAL_WEIGHTS = False
+    # True: a training image that cannot be read is skipped (one warning per file, a running
+    # count); False: the first one stops training with an error naming the file.
+    cfg.DATALOADER.SKIP_UNREADABLE_IMAGES = False
+    # metrics.json gets a record every LOG_PERIOD iterations, smoothed over the last LOG_PERIOD
+    # (detectron2's fixed 20): a resumed run logs the same values when CHECKPOINT_PERIOD is a multiple.
+    cfg.SOLVER.LOG_PERIOD = 20
+
+
+def _add_loss_keys(alrp: CN) -> None:
+    """MODEL.ALRP keys of the ranking loss of every head."""
+    # Smoothness of the step function H (App. E, Eq. 14); the only hyperparameter of aLRP Loss.
+    alrp.DELTA = 1.0
+    # Localisation error E_loc: "giou" ((1 - GIoU) / 2) or "iou" (1 - IoU), divided by 1 - TAU.
+    alrp.LOC_ERROR = "giou"
+    # Positive-labelling IoU threshold used to normalise E_loc (Sec. 2.2).
+    alrp.TAU = 0.5
+    # Classification loss: "alrp" (aLRP Loss); "ap_interpolated" (the official, interpolated AP Loss that
+    # trained the paper's AP Loss rows, Table 2 / App. G) or "ap" (AP Loss without interpolation, an
+    # ablation), each with an IoU-based localisation loss.
+    alrp.CLS_LOSS = "alrp"
+    # The batch every ranking-loss head ranks: "per_worker" (each worker its own images, as the paper
+    # trains) or "global" (the images of all workers as one exact ranking; alrp_d2/losses/global_ranking.py).
+    alrp.RANKING = "per_worker"
+
+
+def _add_self_balance_keys(alrp: CN) -> None:
+    """MODEL.ALRP keys of the localisation weight."""
+    # Self-balance (Sec. 4.2, App. F.3): the localisation weight becomes mean(L) / mean(L_loc) of the
+    # previous period; SB_PERIOD = 0 means one epoch (training images / IMS_PER_BATCH).
+    alrp.SB_ENABLED = True
+    alrp.SB_INIT_WEIGHT = 50.0
+    alrp.SB_PERIOD = 0
+    # Constant localisation weight w_r used when SB is off (paper Table 3).
+    alrp.LOC_WEIGHT = 1.0
+
+
+def _add_retinanet_keys(alrp: CN) -> None:
+    """MODEL.ALRP keys of aLRP RetinaNet's assignment and inference."""
+    # Anchor assignment of aLRP RetinaNet: "iou" (detectron2's Matcher with
+    # MODEL.RETINANET.IOU_THRESHOLDS) or "atss" (Zhang et al., CVPR 2020).
+    alrp.MATCHER = "iou"
+    alrp.ATSS_TOPK = 9
+    # AlrpRetinaNet test order: True follows the official test (per level the TOPK_CANDIDATES_TEST anchors
+    # with the best class scores, then every class above SCORE_THRESH_TEST, boxes clipped before NMS; the
+    # paper configs), False detectron2's RetinaNet (threshold, top-k (anchor, class) pairs, clip after NMS).
+    # False by default: a detectron2 config switched to AlrpRetinaNet changes only its training loss.
+    alrp.OFFICIAL_INFERENCE = False
+
+
+def _add_faster_rcnn_keys(alrp: CN) -> None:
+    """MODEL.ALRP keys of aLRP Faster R-CNN's RPN."""
+    # aLRP Faster R-CNN (Sec. 5.4, App. G.4): weight of the whole RPN loss, the RPN's own tau
+    # (its positives are IoU >= 0.7) and delta.
+    alrp.RPN_WEIGHT = 0.2
+    alrp.RPN_TAU = 0.7
+    alrp.RPN_DELTA = 1.0
+    # Paper recipe (issue 9): AlrpRPN makes low-quality matches (Faster R-CNN's rule (i)) only for the ground
+    # truths whose best anchor IoU is at least this (the official RPN assigner's min_pos_iou, 0.3 in the paper
+    # config); 0.0 keeps detectron2's RPN Matcher.
+    alrp.RPN_LOW_QUALITY_MIN_IOU = 0.0
+
+
+def _dense_head_config(norm: str, focal_alpha: float, focal_gamma: float, score_thresh: float, nms: float) -> CN:
+    """The keys a dense detector's head shares with detectron2's MODEL.RETINANET: 80 classes on
+    p3-p7, 4 convs per branch, prior 0.01, the focal-loss parameters of its own loss, and inference
+    (score threshold, top 1000 candidates per level, NMS threshold)."""
+    node = CN()
+    node.NUM_CLASSES = 80
+    node.IN_FEATURES = ["p3", "p4", "p5", "p6", "p7"]
+    node.NUM_CONVS = 4
+    node.NORM = norm
+    node.PRIOR_PROB = 0.01
+    node.FOCAL_LOSS_ALPHA = focal_alpha
+    node.FOCAL_LOSS_GAMMA = focal_gamma
+    node.SCORE_THRESH_TEST = score_thresh
+    node.TOPK_CANDIDATES_TEST = 1000
+    node.NMS_THRESH_TEST = nms
+    return node
 
 
 def setup_cfg(config_file: Optional[str] = None, opts: Sequence[str] = ()) -> CN:
@@ -65,8 +154,29 @@ def setup_cfg(config_file: Optional[str] = None, opts: Sequence[str] = ()) -> CN
     add_alrp_config(cfg)
     if config_file:
         cfg.merge_from_file(config_file)
-    cfg.merge_from_list(list(opts))
+    cfg.merge_from_list(_integers_as_floats(cfg, opts))
+    validate_alrp_config(cfg)
     return cfg
+
+
+def _integers_as_floats(cfg: CN, opts: Sequence[str]) -> List[str]:
+    """``opts`` with an integer given to a float key written as a float (``MODEL.ALRP.DELTA 2``
+    means 2.0; yacs would refuse the int), so that the value reaches our range checks."""
+    opts = list(opts)
+    for i in range(0, len(opts) - 1, 2):
+        default = cfg
+        for name in str(opts[i]).split("."):
+            default = default.get(name) if isinstance(default, CN) else None
+        if isinstance(default, float) and type(value := _literal(opts[i + 1])) is int:
+            opts[i + 1] = repr(float(value))
+    return opts
+
+
+def _literal(text: object) -> object:
+    try:
+        return ast.literal_eval(str(text))
+    except (ValueError, SyntaxError):
+        return text
 
 
 def require_config(condition: bool, key: str, value, expectation: str) -> None:
@@ -99,3 +209,17 @@ def validate_alrp_config(cfg: CN) -> None:
         isinstance(alrp.ATSS_TOPK, int) and alrp.ATSS_TOPK >= 1, "MODEL.ALRP.ATSS_TOPK", alrp.ATSS_TOPK, "must be >= 1"
     )
     require_config(alrp.RPN_WEIGHT > 0, "MODEL.ALRP.RPN_WEIGHT", alrp.RPN_WEIGHT, "must be > 0")
+    require_config(alrp.RANKING in RANKINGS, "MODEL.ALRP.RANKING", alrp.RANKING, f"must be one of {RANKINGS}")
+    # Paper recipe (issue 9).
+    require_config(
+        0.0 <= alrp.RPN_LOW_QUALITY_MIN_IOU <= 1.0,
+        "MODEL.ALRP.RPN_LOW_QUALITY_MIN_IOU",
+        alrp.RPN_LOW_QUALITY_MIN_IOU,
+        "must be in [0, 1]",
+    )
+    require_config(
+        cfg.MODEL.RESNETS.NORM != FROZEN_STATS_BN or cfg.MODEL.BACKBONE.NAME in FROZEN_STATS_BN_BACKBONES,
+        "MODEL.BACKBONE.NAME",
+        cfg.MODEL.BACKBONE.NAME,
+        f"must be one of {FROZEN_STATS_BN_BACKBONES} with MODEL.RESNETS.NORM {FROZEN_STATS_BN!r}",
+    )

@@ -124,7 +124,8 @@ def test_theorem_2_balanced_gradients(seed):
 
 
 # Paper App. A, table "Per-box calculation of L_aLRP": ten anchors a1..a10 in descending
-# score order, positives a1, a3, a6, a10, and the IoUs of each output (docs/paper_notes.md, "Toy example": C&R2 is 0.70).
+# score order, positives a1, a3, a6, a10, and the IoUs of each output (docs/paper_notes.md,
+# "Toy example": C&R2 is 0.70).
 TOY_LABELS = torch.tensor([1, 0, 1, 0, 0, 1, 0, 0, 0, 1])
 TOY_IOUS = {
     "C&R1": ([0.95, 0.80, 0.65, 0.50], 0.53),

@@ -1,16 +1,27 @@
 """Detectron2 components trained with aLRP Loss; importing registers them."""
 
+from .alrp_fcos import AlrpFCOS, ConfigurableFCOS
+from .alrp_foveabox import AlrpFoveaBox
 from .alrp_retinanet import AlrpRetinaNet
 from .alrp_roi_heads import AlrpFastRCNNOutputLayers, AlrpROIHeads
 from .alrp_rpn import AlrpRPN
 from .atss import AtssMatcher
+from .backbone import FrozenStatsBatchNorm2d, build_alrp_resnet_fpn_backbone, build_alrp_retinanet_resnet_fpn_backbone
+from .foveabox import FoveaBox
 from .head_loss import DetectionRankingLoss
 
 __all__ = [
+    "AlrpFCOS",
+    "AlrpFoveaBox",
     "AlrpFastRCNNOutputLayers",
     "AlrpRetinaNet",
     "AlrpROIHeads",
     "AlrpRPN",
     "AtssMatcher",
+    "ConfigurableFCOS",
     "DetectionRankingLoss",
+    "FoveaBox",
+    "FrozenStatsBatchNorm2d",
+    "build_alrp_resnet_fpn_backbone",
+    "build_alrp_retinanet_resnet_fpn_backbone",
 ]

@@ -3,27 +3,46 @@
 from __future__ import annotations
 
 import logging
-from typing import Dict, List
+from dataclasses import dataclass
+from typing import Any, Dict, List
 
 import torch
-from detectron2.config import CfgNode
+from detectron2.config import CfgNode, configurable
 from detectron2.layers import cat, nonzero_tuple
 from detectron2.modeling.box_regression import Box2BoxTransform
 from detectron2.structures import Boxes
 from detectron2.utils.events import get_event_storage
 from torch import Tensor
 
+from ..config import validate_alrp_config
 from ..engine.self_balance import LocalisationWeight
 from ..losses import NonFiniteInputError, alrp_loss_terms, ap_loss_terms, loc_error
+from ..losses.global_ranking import RANKINGS, global_mean, ranking_group
 
-__all__ = ["DetectionRankingLoss", "build_ranking_loss", "class_ranking_labels", "dense_loc_errors"]
+__all__ = [
+    "DetectionRankingLoss",
+    "RankingLossDetector",
+    "build_ranking_loss",
+    "class_ranking_labels",
+    "dense_loc_errors",
+    "dense_ranking_losses",
+]
 
 logger = logging.getLogger(__name__)
 
+Tensors = List[Tensor]  # one tensor per feature level, or per image
 
+
+@dataclass(eq=False)
 class DetectionRankingLoss:
     """aLRP Loss (or AP Loss with a localisation loss) of one head: all (example, class)
     pairs of the batch in one ranking, as the paper trains (Sec. 5, App. E).
+
+    ``ranking`` chooses the batch: "per_worker" (the paper's training) ranks this worker's
+    images; "global" ranks the images of all workers of the default process group as one
+    ranking (:mod:`alrp_d2.losses.global_ranking`): every worker gets the global loss values,
+    and the logits' and E_loc's gradients are multiplied by the world size so that DDP's
+    average is the gradient of one process on the whole batch.
 
     Returns ``loss_<name>_cls`` and ``loss_<name>_loc``, the latter multiplied by the
     localisation weight; both multiplied by ``loss_weight`` (the RPN's 0.2, App. G.4). Every
@@ -33,24 +52,19 @@ class DetectionRankingLoss:
     host synchronisation.
     """
 
-    def __init__(
-        self,
-        *,
-        name: str,
-        cls_loss: str,
-        delta: float,
-        loc_weight: LocalisationWeight,
-        loss_weight: float = 1.0,
-        eps: float = 1e-5,
-    ):
-        if cls_loss not in ("alrp", "ap"):
-            raise ValueError(f"cls_loss must be 'alrp' or 'ap', got {cls_loss!r}")
-        self.name = name
-        self.cls_loss = cls_loss
-        self.delta = delta
-        self.loc_weight = loc_weight
-        self.loss_weight = loss_weight
-        self.eps = eps
+    name: str
+    cls_loss: str
+    delta: float
+    loc_weight: LocalisationWeight
+    loss_weight: float = 1.0
+    eps: float = 1e-5
+    ranking: str = "per_worker"
+
+    def __post_init__(self) -> None:
+        if self.cls_loss not in ("alrp", "ap", "ap_interpolated"):
+            raise ValueError(f"cls_loss must be 'alrp', 'ap' or 'ap_interpolated', got {self.cls_loss!r}")
+        if self.ranking not in RANKINGS:
+            raise ValueError(f"ranking must be one of {RANKINGS}, got {self.ranking!r}")
 
     @property
     def loss_names(self) -> List[str]:
@@ -77,11 +91,14 @@ class DetectionRankingLoss:
         }
 
     def _components(self, logits: Tensor, labels: Tensor, loc_errors: Tensor):
+        # Resolved per call: the process group may be initialised after the model is built.
+        group = ranking_group(self.ranking)
         if self.cls_loss == "alrp":
-            return alrp_loss_terms(logits, labels, loc_errors, self.delta, self.eps)
-        ranking = ap_loss_terms(logits, labels, self.delta, self.eps)
-        num_positives = loc_errors.numel()
-        loss_loc = loc_errors.sum() / num_positives if num_positives else loc_errors.sum() * 0.0
+            return alrp_loss_terms(logits, labels, loc_errors, self.delta, self.eps, group)
+        # "ap_interpolated" is the official APLoss, which has no N_FP gate.
+        interpolated = self.cls_loss == "ap_interpolated"
+        ranking = ap_loss_terms(logits, labels, self.delta, None if interpolated else self.eps, group, interpolated)
+        loss_loc = global_mean(loc_errors, group)
         return ranking.loss, loss_loc, ranking.positive_gradient_magnitude, ranking.negative_gradient_magnitude
 
     def _record(self, loss_cls: Tensor, loss_loc: Tensor, grad_positive: Tensor, grad_negative: Tensor) -> None:
@@ -127,6 +144,7 @@ def build_ranking_loss(cfg: CfgNode, head: str, delta: float, loss_weight: float
             name, alrp.SB_INIT_WEIGHT if alrp.SB_ENABLED else alrp.LOC_WEIGHT, self_balanced=alrp.SB_ENABLED
         ),
         loss_weight=loss_weight,
+        ranking=alrp.RANKING,
     )
 
 
@@ -156,3 +174,68 @@ def dense_loc_errors(
         cat(pred_anchor_deltas, dim=1)[image_index, anchor_index], Boxes.cat(anchors).tensor[anchor_index]
     )
     return loc_error(pred_boxes, torch.stack(gt_boxes)[image_index, anchor_index], kind, tau)
+
+
+def dense_ranking_losses(
+    head: Any,
+    anchors: List[Boxes],
+    pred_logits: Tensors,
+    gt_labels: Tensors,
+    pred_anchor_deltas: Tensors,
+    gt_boxes: Tensors,
+) -> Dict[str, Tensor]:
+    """The ranking loss of a dense detector (aLRP RetinaNet, aLRP FCOS) over all (anchor, class)
+    pairs of the batch: the positives are the (anchor, its GT class) pairs and their E_loc is
+    computed on the decoded boxes (:func:`dense_loc_errors`).
+
+    Args:
+        head: the detector; its ``ranking_loss``, ``box2box_transform``, ``loc_error_kind``,
+            ``tau`` and ``num_classes`` are used.
+        gt_labels: per image, (R,) detectron2's anchor labels: class in [0, K), K for background,
+            -1 for ignored.
+        Other arguments as :meth:`detectron2.modeling.RetinaNet.losses`.
+    """
+    anchor_labels = torch.stack(gt_labels)  # (N, R)
+    positive = (anchor_labels >= 0) & (anchor_labels != head.num_classes)
+    loc_errors = dense_loc_errors(
+        head.box2box_transform, anchors, pred_anchor_deltas, gt_boxes, positive, head.loc_error_kind, head.tau
+    )
+    get_event_storage().put_scalar("num_pos_anchors", len(loc_errors) / len(anchor_labels))
+    labels = class_ranking_labels(anchor_labels, head.num_classes)
+    return head.ranking_loss(cat(pred_logits, dim=1).flatten(), labels.flatten(), loc_errors)
+
+
+class RankingLossDetector:
+    """Mixin of a detectron2 dense detector trained by a ranking loss (aLRP RetinaNet, FoveaBox,
+    FCOS): ``ranking_loss`` (a :class:`DetectionRankingLoss` named ``ranking_loss_name`` + the
+    loss, with its localisation weight), ``loc_error_kind`` and ``tau`` of E_loc, from
+    MODEL.ALRP. Mixed in before detectron2's class: ``class AlrpFCOS(RankingLossDetector, FCOS)``.
+    """
+
+    ranking_loss_name: str = ""
+
+    @configurable
+    def __init__(self, *, ranking_loss: DetectionRankingLoss, loc_error_kind: str, tau: float, **kwargs):
+        """
+        Args:
+            ranking_loss: the aLRP (or AP) loss of the head and its localisation weight.
+            loc_error_kind: "giou" or "iou" (see :func:`alrp_d2.losses.loc_error`).
+            tau: positive-labelling IoU threshold that normalises E_loc.
+            kwargs: the detector's arguments (its focal-loss ones unused).
+        """
+        super().__init__(**kwargs)
+        self.ranking_loss = ranking_loss
+        self.loc_error_kind = loc_error_kind
+        self.tau = tau
+
+    @classmethod
+    def from_config(cls, cfg: CfgNode) -> Dict[str, Any]:
+        validate_alrp_config(cfg)
+        alrp = cfg.MODEL.ALRP
+        ret = super().from_config(cfg)  # type: ignore[misc]
+        ret.update(
+            ranking_loss=build_ranking_loss(cfg, cls.ranking_loss_name, alrp.DELTA),
+            loc_error_kind=alrp.LOC_ERROR,
+            tau=alrp.TAU,
+        )
+        return ret
