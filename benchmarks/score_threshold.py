@@ -33,12 +33,12 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from detectron2.checkpoint import DetectionCheckpointer  # noqa: E402
 from detectron2.config import CfgNode  # noqa: E402
 from detectron2.data import DatasetCatalog, MetadataCatalog  # noqa: E402
 from detectron2.evaluation import inference_on_dataset  # noqa: E402
 from detectron2.utils.logger import setup_logger  # noqa: E402
 
+from alrp_d2.checkpoint import AlrpCheckpointer  # noqa: E402
 from alrp_d2.config import setup_cfg  # noqa: E402
 from alrp_d2.data import SHAPES_DATASETS, register_shapes_datasets  # noqa: E402
 from alrp_d2.engine import AlrpTrainer  # noqa: E402
@@ -119,7 +119,7 @@ def measure(cfg: CfgNode, weights: str, threshold: float, passes: int) -> Dict[s
     cfg.MODEL.RETINANET.SCORE_THRESH_TEST = threshold
     cfg.MODEL.ROI_HEADS.SCORE_THRESH_TEST = threshold
     model = AlrpTrainer.build_model(cfg)
-    DetectionCheckpointer(model).load(weights)
+    AlrpCheckpointer(model).load(weights)
     dataset = cfg.DATASETS.TEST[0]
     timed = TimedModel(model)
     loader = AlrpTrainer.build_test_loader(cfg, dataset)
