@@ -248,8 +248,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     confidence = 0.5 if args.confidence_threshold is None else args.confidence_threshold
     try:
         check_num_classes(cfg, register_user_datasets(args.dataset))
+    except (FileNotFoundError, ValueError) as error:  # a --dataset that cannot be used
+        logger.error("%s", error)
+        return 2
+    try:
         written, failed = run_demo(cfg, args.input, args.output, args.lrp_thresholds, confidence, args.scale)
-    except (ThresholdError, IncompatibleWeightsError, FileNotFoundError, ValueError) as error:
+    except (ThresholdError, IncompatibleWeightsError, FileNotFoundError) as error:
         logger.error("%s", error)
         return 2
     logger.info("Wrote %d image(s) to %s", len(written), args.output)

@@ -15,8 +15,8 @@ Faster R-CNN, ...) it writes into ``--out`` (default ``OUTPUT_DIR/plots``):
 
 A figure whose keys the run did not log (e.g. no weight with a constant localisation weight) is
 not written. Lines without these keys (evaluation results) are ignored; the values are those of
-detectron2's JSONWriter (every 20 iterations, cls/loc/grad_ratio smoothed by a median over 20
-iterations). When a resumed run logged an iteration again, its last value is plotted.
+detectron2's JSONWriter (every SOLVER.LOG_PERIOD iterations, default 20, cls/loc/grad_ratio smoothed
+by a median over as many iterations). When a resumed run logged an iteration again, its last value is plotted.
 
 A series of one record (a run shorter than the logging period) is drawn as a marker.
 
@@ -181,7 +181,7 @@ def plot_training(output_dir: str, out_dir: Optional[str] = None) -> List[str]:
     if not os.path.isfile(metrics_path):
         raise FileNotFoundError(
             f"{metrics_path} not found: OUTPUT_DIR must be the output directory of a detectron2 "
-            "training run (its JSONWriter writes metrics.json every 20 iterations)"
+            "training run (its JSONWriter writes metrics.json every SOLVER.LOG_PERIOD iterations)"
         )
     figures = _figures(read_head_series(metrics_path))
     if not figures:

@@ -6,7 +6,7 @@ import logging
 import os
 import random
 import weakref
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 import numpy as np
 import torch
@@ -48,6 +48,14 @@ class DataPositionHook(hooks.HookBase):
 
     def before_train(self) -> None:
         self.sampler.start_iteration = self.trainer.iter
+
+    def state_dict(self) -> Dict[str, int]:
+        """The seed of the sample stream (cfg.SEED, or the one drawn for SEED < 0), so that a
+        resumed run continues the same stream."""
+        return {"seed": self.sampler.seed}
+
+    def load_state_dict(self, state_dict: Dict[str, int]) -> None:
+        self.sampler.seed = state_dict["seed"]
 
     def before_step(self) -> None:
         seed = derived_seed(self.sampler.seed, STEP_RNG_KEY, self.sampler.rank, self.trainer.iter)
@@ -107,11 +115,14 @@ class AlrpTrainer(DefaultTrainer):
             filter_empty=cfg.DATALOADER.FILTER_EMPTY_ANNOTATIONS,
             proposal_files=cfg.DATASETS.PROPOSAL_FILES_TRAIN if cfg.MODEL.LOAD_PROPOSALS else None,
         )
+        # SEED < 0 (detectron2's default): a random seed shared by the workers, saved in the
+        # checkpoints by DataPositionHook, so that runs differ and a resumed run still continues its stream.
+        seed = cfg.SEED if cfg.SEED >= 0 else comm.shared_random_seed()
         return build_resumable_train_loader(
             dataset_dicts,
             mapper,
             cfg.SOLVER.IMS_PER_BATCH,
-            cfg.SEED,
+            seed,
             cfg.DATALOADER.ASPECT_RATIO_GROUPING,
             cfg.DATALOADER.NUM_WORKERS,
         )

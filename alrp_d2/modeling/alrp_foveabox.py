@@ -43,8 +43,9 @@ class AlrpFoveaBox(RankingLossDetector, FoveaBox):
         """
         Args:
             ap_loc_loss: localisation loss with an AP loss, "smooth_l1" or "giou".
-            kwargs: :class:`RankingLossDetector` and :class:`FoveaBox` arguments (E_loc is
-                normalised by tau 0.5: 1 - GIoU, as the official head).
+            kwargs: :class:`RankingLossDetector` and :class:`FoveaBox` arguments (E_loc from
+                MODEL.ALRP.LOC_ERROR and TAU; the paper configs' "giou" and 0.5 give 1 - GIoU, as the
+                official head).
         """
         super().__init__(**kwargs)
         self.ap_loc_loss = ap_loc_loss

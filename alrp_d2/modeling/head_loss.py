@@ -14,7 +14,7 @@ from detectron2.structures import Boxes
 from detectron2.utils.events import get_event_storage
 from torch import Tensor
 
-from ..config import validate_alrp_config
+from ..config import CLS_LOSSES, validate_alrp_config
 from ..engine.self_balance import LocalisationWeight
 from ..losses import NonFiniteInputError, alrp_loss_terms, ap_loss_terms, loc_error
 from ..losses.global_ranking import RANKINGS, global_mean, ranking_group
@@ -61,8 +61,8 @@ class DetectionRankingLoss:
     ranking: str = "per_worker"
 
     def __post_init__(self) -> None:
-        if self.cls_loss not in ("alrp", "ap", "ap_interpolated"):
-            raise ValueError(f"cls_loss must be 'alrp', 'ap' or 'ap_interpolated', got {self.cls_loss!r}")
+        if self.cls_loss not in CLS_LOSSES:
+            raise ValueError(f"cls_loss must be one of {CLS_LOSSES}, got {self.cls_loss!r}")
         if self.ranking not in RANKINGS:
             raise ValueError(f"ranking must be one of {RANKINGS}, got {self.ranking!r}")
 

@@ -4,6 +4,7 @@ R-CNN proposals and RPN low-quality matches, torchvision initialisation with fro
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import pickle
 
@@ -210,18 +211,27 @@ def test_frozen_stats_bn_needs_a_backbone_that_builds_it():
         validate_alrp_config(cfg)
 
 
+# torchvision's ResNet names -> detectron2's: the renaming that detectron2's
+# tools/convert-torchvision-to-d2.py (README's conversion; not part of the installed package) applies.
+TORCHVISION_TO_D2_RENAMES = (
+    *((f"layer{stage}", f"res{stage + 1}") for stage in range(1, 5)),
+    *((f"bn{conv}", f"conv{conv}.norm") for conv in range(1, 4)),
+    ("downsample.0", "shortcut"),
+    ("downsample.1", "shortcut.norm"),
+)
+
+
 def torchvision_to_detectron2(state_dict: dict) -> dict:
-    """The key mapping of detectron2's tools/convert-torchvision-to-d2.py (the README's conversion)."""
-    converted = {}
-    for key, value in state_dict.items():
-        name = key if "layer" in key else "stem." + key
-        for t in range(1, 5):
-            name = name.replace(f"layer{t}", f"res{t + 1}")
-        for t in range(1, 4):
-            name = name.replace(f"bn{t}", f"conv{t}.norm")
-        name = name.replace("downsample.0", "shortcut").replace("downsample.1", "shortcut.norm")
-        converted[name] = value.detach().numpy()
-    return {"model": converted, "__author__": "torchvision", "matching_heuristics": True}
+    """A torchvision ResNet state dict as the converter writes it (stem keys under ``stem.``)."""
+
+    def renamed(key: str) -> str:
+        return functools.reduce(lambda name, rule: name.replace(*rule), TORCHVISION_TO_D2_RENAMES, key)
+
+    model = {
+        renamed(key if key.startswith("layer") else f"stem.{key}"): value.detach().numpy()
+        for key, value in state_dict.items()
+    }
+    return {"model": model, "__author__": "torchvision", "matching_heuristics": True}
 
 
 @pytest.mark.parametrize("arch,groups,width", [("resnet50", 1, 64), ("resnext50_32x4d", 32, 4)])

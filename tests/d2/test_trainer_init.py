@@ -10,6 +10,7 @@ from typing import List
 
 import pytest
 from detectron2.engine import DefaultTrainer
+from detectron2.utils import comm
 
 from alrp_d2.engine import AlrpTrainer
 from alrp_d2.engine.trainer import runs_cpu_workers
@@ -52,9 +53,13 @@ def test_cpu_worker_init_has_the_steps_of_default_trainer():
     assert _steps(_cpu_branch_source()) == detectron2_steps
 
 
-def test_cpu_worker_branch_only_for_several_cpu_processes():
+def test_cpu_worker_branch_only_for_several_cpu_processes(monkeypatch):
     cfg = tiny_retinanet_cfg()
     assert not runs_cpu_workers(cfg)  # one process: DefaultTrainer.__init__ itself
+    monkeypatch.setattr(comm, "get_world_size", lambda: 2)
+    assert runs_cpu_workers(cfg)
+    cfg.MODEL.DEVICE = "cuda"
+    assert not runs_cpu_workers(cfg)
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
