@@ -126,7 +126,7 @@ class AlrpFCOS(RankingLossDetector, ConfigurableFCOS):
         if pred_centerness is not None:
             anchor_labels = torch.stack(gt_labels)  # (N, R)
             positive = (anchor_labels >= 0) & (anchor_labels != self.num_classes)
-            normalizer = self._ema_update("loss_normalizer", max(int(positive.sum()), 1), 300)
+            normalizer = self._ema_update("loss_normalizer", positive.sum().clamp(min=1), 300)  # no host sync
             targets = self.compute_ctrness_targets(anchors, gt_boxes)
             logits = cat(pred_centerness, dim=1).squeeze(dim=2)
             loss_ctr = F.binary_cross_entropy_with_logits(logits[positive], targets[positive], reduction="sum")
