@@ -43,6 +43,7 @@ import train_net  # noqa: E402
 from alrp_d2.config import setup_cfg  # noqa: E402
 from alrp_d2.engine import AlrpTrainer  # noqa: E402
 from alrp_d2.losses import global_ranking  # noqa: E402
+from benchmarks.shapes_ablation import schedule_options  # noqa: E402
 
 CONFIG = os.path.join(ROOT, "configs", "quickstart", "alrp_retinanet_shapes.yaml")
 R50_CONFIG = os.path.join(ROOT, "configs", "alrp_R50_500.yaml")
@@ -85,7 +86,6 @@ def trainable_parameters(model: torch.nn.Module) -> int:
 
 
 def run_options(output_dir: str, iters: int, ranking: str) -> List[str]:
-    steps = f"({int(iters * 0.75)}, {int(iters * 11 / 12)})"
     return [
         "--config-file",
         CONFIG,
@@ -99,12 +99,7 @@ def run_options(output_dir: str, iters: int, ranking: str) -> List[str]:
         "none",
         "DATALOADER.NUM_WORKERS",
         "0",
-        "SOLVER.MAX_ITER",
-        str(iters),
-        "SOLVER.STEPS",
-        steps,
-        "SOLVER.CHECKPOINT_PERIOD",
-        str(iters),
+        *schedule_options(iters),
         "SOLVER.LOG_PERIOD",
         "10",
     ]

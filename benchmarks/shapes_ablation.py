@@ -76,24 +76,25 @@ VARIANTS: Dict[str, Dict[str, Tuple[str, List[str]]]] = {
 METRICS = ("AP", "AP50", "AP75", "AP90", "oLRP", "rho")  # oLRP: lower is better
 
 
+def schedule_options(iters: int) -> List[str]:
+    """Config options of a shortened quickstart schedule: ``iters`` iterations, lr steps at 3/4
+    and 11/12 of them, one checkpoint at the end."""
+    steps = f"({int(iters * 0.75)}, {int(iters * 11 / 12)})"
+    return ["SOLVER.MAX_ITER", str(iters), "SOLVER.STEPS", steps, "SOLVER.CHECKPOINT_PERIOD", str(iters)]
+
+
 def train_and_evaluate(
     config: str, opts: List[str], output_dir: str, iters: int, eval_only: bool = False
 ) -> Dict[str, float]:
     """Trains one variant into output_dir and evaluates it on shapes_val; with ``eval_only``,
     evaluates the model_final.pth already there (e.g. with other inference settings in ``opts``)."""
-    steps = f"({int(iters * 0.75)}, {int(iters * 11 / 12)})"
     args = default_argument_parser().parse_args(
         [
             "--config-file",
             os.path.join(QUICKSTART, config),
             "OUTPUT_DIR",
             output_dir,
-            "SOLVER.MAX_ITER",
-            str(iters),
-            "SOLVER.STEPS",
-            steps,
-            "SOLVER.CHECKPOINT_PERIOD",
-            str(iters),
+            *schedule_options(iters),
             *opts,
         ]
     )

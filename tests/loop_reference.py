@@ -21,18 +21,31 @@ def smooth_step(x: Tensor, delta: float) -> Tensor:
     return torch.clamp(x / (2 * delta) + 0.5, min=0, max=1)
 
 
+def _positives_and_relevant_negatives(logits: Tensor, labels: Tensor, delta: float):
+    """(scores, fg_mask, fg, bg_mask, bg): float64 scores, the positives and the negatives with
+    s_j >= min positive score - delta (App. E lines 8-9)."""
+    scores = logits.detach().double()
+    fg_mask = labels == 1
+    fg = scores[fg_mask]
+    bg_mask = (labels == 0) & (scores >= fg.min() - delta)
+    return scores, fg_mask, fg, bg_mask, scores[bg_mask]
+
+
+def _logit_gradient(scores: Tensor, fg_mask: Tensor, bg_mask: Tensor, fg_grad: Tensor, bg_grad: Tensor) -> Tensor:
+    """The gradient with respect to every logit, normalised by |P| (App. E lines 37-38)."""
+    logits_grad = torch.zeros_like(scores)
+    logits_grad[fg_mask] = fg_grad / fg_mask.sum()
+    logits_grad[bg_mask] = bg_grad / fg_mask.sum()
+    return logits_grad
+
+
 def alrp_loss_loop(
     logits: Tensor, labels: Tensor, loc_errors: Tensor, delta: float = 1.0, eps: float = 1e-5
 ) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
     """Returns ``(loss_cls, loss_loc, d loss_cls / d logits, d loss_loc / d loc_errors)``."""
-    scores = logits.detach().double()
+    scores, fg_mask, fg, bg_mask, bg = _positives_and_relevant_negatives(logits, labels, delta)
     errors = loc_errors.detach().double()
-    fg_mask = labels == 1
-    fg = scores[fg_mask]
     num_fg = fg.numel()
-    threshold = fg.min() - delta  # line 8
-    bg_mask = (labels == 0) & (scores >= threshold)  # line 9
-    bg = scores[bg_mask]
 
     fg_grad = fg.new_zeros(num_fg)
     bg_grad = bg.new_zeros(bg.numel())
@@ -52,9 +65,7 @@ def alrp_loss_loop(
             fg_grad[i] = -(num_fp + (fg_relations * errors).sum()) / rank[i]  # line 29
             bg_grad += -fg_grad[i] * bg_relations / num_fp  # line 30
 
-    logits_grad = torch.zeros_like(scores)
-    logits_grad[fg_mask] = fg_grad / num_fg  # lines 37-38
-    logits_grad[bg_mask] = bg_grad / num_fg
+    logits_grad = _logit_gradient(scores, fg_mask, bg_mask, fg_grad, bg_grad)
     loss_cls = cls_error.mean()  # line 34
     loss_loc = (cumsum_error / rank).mean()  # line 35
 
@@ -65,12 +76,8 @@ def alrp_loss_loop(
 
 def ap_loss_loop(logits: Tensor, labels: Tensor, delta: float = 1.0, eps: float = 1e-5) -> Tuple[Tensor, Tensor]:
     """Non-interpolated AP Loss with l*(i) = 0: returns ``(loss, d loss / d logits)``."""
-    scores = logits.detach().double()
-    fg_mask = labels == 1
-    fg = scores[fg_mask]
+    scores, fg_mask, fg, bg_mask, bg = _positives_and_relevant_negatives(logits, labels, delta)
     num_fg = fg.numel()
-    bg_mask = (labels == 0) & (scores >= fg.min() - delta)
-    bg = scores[bg_mask]
 
     fg_grad = fg.new_zeros(num_fg)
     bg_grad = bg.new_zeros(bg.numel())
@@ -86,9 +93,7 @@ def ap_loss_loop(logits: Tensor, labels: Tensor, delta: float = 1.0, eps: float 
             fg_grad[i] = -errors[i]
             bg_grad += errors[i] * bg_relations / num_fp
 
-    logits_grad = torch.zeros_like(scores)
-    logits_grad[fg_mask] = fg_grad / num_fg
-    logits_grad[bg_mask] = bg_grad / num_fg
+    logits_grad = _logit_gradient(scores, fg_mask, bg_mask, fg_grad, bg_grad)
     return errors.mean(), logits_grad
 
 
@@ -100,12 +105,8 @@ def interpolated_ap_loss_loop(
     maximum precision; no N_FP gate; the loss averages over every positive. Returns
     ``(loss, d loss / d logits)``. The official ``argsort`` leaves the order of tied positives
     unspecified: they are visited by index, or by reversed index with ``reverse_ties``."""
-    scores = logits.detach().double()
-    fg_mask = labels == 1
-    fg = scores[fg_mask]
+    scores, fg_mask, fg, bg_mask, bg = _positives_and_relevant_negatives(logits, labels, delta)
     num_fg = fg.numel()
-    bg_mask = (labels == 0) & (scores >= fg.min() - delta)
-    bg = scores[bg_mask]
 
     fg_grad = fg.new_zeros(num_fg)
     bg_grad = bg.new_zeros(bg.numel())
@@ -127,7 +128,5 @@ def interpolated_ap_loss_loop(
         fg_grad[i] = -(1 - max_precision)
         precision[i] = max_precision
 
-    logits_grad = torch.zeros_like(scores)
-    logits_grad[fg_mask] = fg_grad / num_fg
-    logits_grad[bg_mask] = bg_grad / num_fg
+    logits_grad = _logit_gradient(scores, fg_mask, bg_mask, fg_grad, bg_grad)
     return 1 - precision.mean(), logits_grad
