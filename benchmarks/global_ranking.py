@@ -138,9 +138,9 @@ def read_metrics(output_dir: str) -> Dict[str, List]:
     with open(os.path.join(output_dir, "metrics.json")) as f:
         for line in f:
             record = json.loads(line)
-            if "loss_alrp_cls" in record:
+            if "loss_retinanet_cls" in record:
                 curves["iteration"].append(record["iteration"])
-                curves["loss"].append(record["loss_alrp_cls"])
+                curves["loss"].append(record["loss_retinanet_cls"])
                 curves["time"].append(record.get("time"))
     return curves
 

@@ -1,22 +1,26 @@
-"""Self-balance of the localisation component (paper Sec. 4.2, App. F.3): the weight of each
-head's L_loc, the rule that updates it, the period and the hook that applies it."""
+"""Self-balance of the localisation component (paper Sec. 4.2, App. F.3): the rule that updates each
+head's localisation weight, the period, and the hook that reads the heads' ranking-loss statistics
+after every step, logs them and applies the rule."""
 
 from __future__ import annotations
 
 import logging
 import math
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional
 
+import torch
+import torch.distributed as dist
 from detectron2.config import CfgNode
 from detectron2.data import get_detection_dataset_dicts
 from detectron2.engine import HookBase
 from detectron2.utils import comm
 from torch import nn
 
+from ..modeling.ranking_loss import HeadRankingLoss
+
 __all__ = [
-    "LocalisationWeight",
     "SelfBalanceHook",
-    "find_localisation_weights",
+    "find_ranking_losses",
     "iterations_per_epoch",
     "self_balance_period",
     "self_balanced_weight",
@@ -25,35 +29,15 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
-class LocalisationWeight:
-    """The weight w_r of a head's localisation component.
-
-    Constant (``self_balanced=False``, paper Table 3) or maintained by
-    :class:`alrp_d2.engine.SelfBalanceHook` as mean(L) / mean(L_loc) of the previous period
-    (Sec. 4.2, App. F.3). Weighting the loss value of ``L_loc`` only scales the gradient with
-    respect to the boxes, because ``L_loc`` carries no score gradient (App. F.3).
-    """
-
-    def __init__(self, name: str, value: float, self_balanced: bool):
-        self.name = name
-        self.value = float(value)
-        self.self_balanced = self_balanced
-
-    def __repr__(self) -> str:
-        kind = "self-balanced" if self.self_balanced else "constant"
-        return f"LocalisationWeight({self.name!r}, {self.value:.4g}, {kind})"
-
-
-def find_localisation_weights(model: nn.Module) -> Dict[str, LocalisationWeight]:
-    """All localisation weights of a model's heads, by name (a DDP wrapper is looked through)."""
-    weights: Dict[str, LocalisationWeight] = {}
+def find_ranking_losses(model: nn.Module) -> Dict[str, HeadRankingLoss]:
+    """The ranking loss of every head of a model, by name (a DDP wrapper is looked through)."""
+    losses: Dict[str, HeadRankingLoss] = {}
     for module in model.modules():
-        weight = getattr(getattr(module, "ranking_loss", None), "loc_weight", None)
-        if isinstance(weight, LocalisationWeight):
-            if weight.name in weights and weights[weight.name] is not weight:
-                raise ValueError(f"two heads share the ranking-loss name {weight.name!r}")
-            weights[weight.name] = weight
-    return weights
+        if isinstance(module, HeadRankingLoss):
+            if module.name in losses:
+                raise ValueError(f"two heads share the ranking-loss name {module.name!r}")
+            losses[module.name] = module
+    return losses
 
 
 def iterations_per_epoch(cfg: CfgNode) -> int:
@@ -79,86 +63,92 @@ def self_balanced_weight(sum_cls: float, sum_loc: float, previous: float) -> flo
 
 
 class SelfBalanceHook(HookBase):
-    """Keeps every self-balanced localisation weight of the model (one per head:
-    RetinaNet's, or the RPN's and the box head's) equal to mean(L) / mean(L_loc) of the
-    previous period, L = L_cls + L_loc the head's unweighted aLRP Loss.
+    """After every step, reads the unweighted statistics of every head's ranking loss
+    (:meth:`HeadRankingLoss.take_statistics`: L_cls, L_loc and the summed score-gradient
+    magnitudes), averages them over the workers with one all-reduce of a few floats and reads
+    them on the host once: the losses themselves never wait for the host to log. It logs
+    ``sb/<name>/cls``, ``sb/<name>/loc`` and ``<name>/grad_ratio`` (the negatives' over the
+    positives' summed magnitudes, paper Fig. 3).
 
-    The heads write ``sb/<name>/cls`` and ``sb/<name>/loc`` into EventStorage every iteration.
-    After each step the hook adds the mean of those values over the workers to the period's
-    sums (one all-gather of a few floats), so every worker holds the same sums and computes the
-    same weight, whichever MODEL.ALRP.RANKING; the weight is logged as ``sb/<name>/weight``. A period closes after every
-    ``period`` iterations counted from iteration 0. The weights and the partial sums are the
-    hook's ``state_dict``, which detectron2 saves in the trainer's checkpoints: resuming
-    reproduces an uninterrupted run. The hook must come before the checkpointer in the hook
-    list, so that a checkpoint includes the step it is written after.
+    With a ``period``, it keeps every self-balanced localisation weight (one per head:
+    RetinaNet's, or the RPN's and the box head's) equal to mean(L) / mean(L_loc) of the previous
+    period, L = L_cls + L_loc the head's unweighted loss, and logs it as ``sb/<name>/weight``.
+    The sums use the workers' average, so every worker computes the same weight whichever
+    MODEL.ALRP.RANKING (with "global" every worker has the loss of the whole batch, which then
+    enters once). A period closes after every ``period`` iterations counted from iteration 0.
+    The weights are buffers of the model; the period's partial sums are the hook's
+    ``state_dict``, which detectron2 saves in the trainer's checkpoints: resuming reproduces an
+    uninterrupted run. The hook must come before the checkpointer in the hook list, so that a
+    checkpoint includes the step it is written after.
     """
 
-    def __init__(self, period: int):
-        if period < 1:
+    def __init__(self, period: Optional[int]):
+        if period is not None and period < 1:
             raise ValueError(f"self-balance period must be >= 1 iteration, got {period}")
         self.period = period
-        self._weights: Dict[str, LocalisationWeight] = {}
-        self._state: Dict[str, Dict[str, float]] = {}
+        self._losses: Dict[str, HeadRankingLoss] = {}
+        self._sums: Dict[str, List[float]] = {}
+
+    @property
+    def _balanced(self) -> List[str]:
+        return [name for name, loss in self._losses.items() if loss.self_balanced and self.period is not None]
 
     def before_train(self) -> None:
-        self._weights = {
-            name: weight
-            for name, weight in find_localisation_weights(self.trainer.model).items()
-            if weight.self_balanced
-        }
-        for name, weight in self._weights.items():
-            state = self._state.setdefault(name, {"weight": weight.value, "sum_cls": 0.0, "sum_loc": 0.0})
-            weight.value = state["weight"]
-        for name in set(self._state) - set(self._weights):
-            logger.warning("Self-balance state for %r has no matching head in the model; ignored.", name)
+        self._losses = dict(sorted(find_ranking_losses(self.trainer.model).items()))
+        for name in self._balanced:
+            self._sums.setdefault(name, [0.0, 0.0])
+        for name in set(self._sums) - set(self._balanced):
+            logger.warning("Self-balance state for %r has no matching self-balanced head in the model; ignored.", name)
+            del self._sums[name]
 
     def after_step(self) -> None:
-        names = sorted(self._weights)
-        for name, (step_cls, step_loc) in zip(names, self._gather_step_values(names)):
-            self._state[name]["sum_cls"] += step_cls
-            self._state[name]["sum_loc"] += step_loc
-        if (self.trainer.iter + 1) % self.period == 0:
+        storage = self.trainer.storage
+        for name, (loss_cls, loss_loc, positive, negative) in self._step_statistics().items():
+            storage.put_scalars(**{f"sb/{name}/cls": loss_cls, f"sb/{name}/loc": loss_loc})
+            if positive > 0:
+                storage.put_scalar(f"{name}/grad_ratio", negative / positive)
+            if name in self._sums:
+                self._sums[name][0] += loss_cls
+                self._sums[name][1] += loss_loc
+        if self.period is not None and (self.trainer.iter + 1) % self.period == 0:
             self._close_period()
-        storage = self.trainer.storage
-        for name in names:
-            storage.put_scalar(f"sb/{name}/weight", self._state[name]["weight"], smoothing_hint=False)
+        for name in self._balanced:
+            storage.put_scalar(f"sb/{name}/weight", self._losses[name].loc_weight.item(), smoothing_hint=False)
 
-    def _gather_step_values(self, names: List[str]) -> List[Tuple[float, float]]:
-        """This step's (L_cls, L_loc) of each head, averaged over the workers whose head wrote
-        them this step ((0, 0) when none did). The average, not the sum, keeps the period sums
-        independent of the number of workers: with MODEL.ALRP.RANKING = "global" every worker
-        writes the loss of the whole batch, which then enters once, as with one worker."""
-        storage = self.trainer.storage
-        latest = storage.latest()
-        local = []
-        for name in names:
-            cls_value, cls_iter = latest.get(f"sb/{name}/cls", (0.0, -1))
-            loc_value, _ = latest.get(f"sb/{name}/loc", (0.0, -1))
-            local.append((cls_value, loc_value, 1) if cls_iter == storage.iter else (0.0, 0.0, 0))
-        workers = comm.all_gather(local) if comm.get_world_size() > 1 else [local]
-        step_values = []
-        for per_head in zip(*workers):
-            sum_cls, sum_loc, writers = (sum(values) for values in zip(*per_head))
-            step_values.append((sum_cls / writers, sum_loc / writers) if writers else (0.0, 0.0))
-        return step_values
+    def _step_statistics(self) -> Dict[str, List[float]]:
+        """Every head's (L_cls, L_loc, positive and negative gradient magnitude) of this step,
+        averaged over the workers whose head ran this step (heads that ran nowhere are left out)."""
+        if not self._losses:
+            return {}
+        rows = []
+        for loss in self._losses.values():
+            statistics = loss.take_statistics()
+            if statistics is None:
+                rows.append(loss.loc_weight.new_zeros(5, dtype=torch.float64))
+            else:
+                values = torch.stack([value.double() for value in statistics])
+                rows.append(torch.cat([values, values.new_ones(1)]))
+        table = torch.stack(rows)
+        if comm.get_world_size() > 1:
+            dist.all_reduce(table)
+        step = {}
+        for name, (*sums, writers) in zip(self._losses, table.tolist()):
+            if writers:
+                step[name] = [value / writers for value in sums]
+        return step
 
     def _close_period(self) -> None:
-        for name, state in self._state.items():
-            if name not in self._weights:
-                continue
-            state["weight"] = self_balanced_weight(state["sum_cls"], state["sum_loc"], state["weight"])
-            state.update(sum_cls=0.0, sum_loc=0.0)
-            self._weights[name].value = state["weight"]
+        for name, sums in self._sums.items():
+            loss = self._losses[name]
+            loss.set_loc_weight(self_balanced_weight(sums[0], sums[1], loss.loc_weight.item()))
+            sums[:] = [0.0, 0.0]
 
     def state_dict(self) -> Dict:
-        return {"period": self.period, "heads": {name: dict(state) for name, state in self._state.items()}}
+        return {"period": self.period, "sums": {name: list(sums) for name, sums in self._sums.items()}}
 
     def load_state_dict(self, state_dict: Dict) -> None:
         if state_dict["period"] != self.period:
             logger.warning(
-                "Resuming self-balance with period %d; the checkpoint used %d.", self.period, state_dict["period"]
+                "Resuming self-balance with period %s; the checkpoint used %s.", self.period, state_dict["period"]
             )
-        self._state = {name: dict(state) for name, state in state_dict["heads"].items()}
-        for name, weight in self._weights.items():
-            if name in self._state:
-                weight.value = self._state[name]["weight"]
+        self._sums = {name: list(sums) for name, sums in state_dict["sums"].items()}

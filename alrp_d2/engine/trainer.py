@@ -23,7 +23,7 @@ from ..data import build_alrp_mapper
 from ..data.image_errors import ImageErrorGuard
 from ..data.samplers import ResumableBatchSampler, build_resumable_train_loader, derived_seed
 from ..evaluation import COCOLRPEvaluator
-from .self_balance import SelfBalanceHook, find_localisation_weights, self_balance_period
+from .self_balance import SelfBalanceHook, find_ranking_losses, self_balance_period
 
 __all__ = ["AlrpTrainer", "DataPositionHook"]
 
@@ -147,8 +147,9 @@ class AlrpTrainer(DefaultTrainer):
         ]
 
     def build_hooks(self) -> List[hooks.HookBase]:
-        """DefaultTrainer's hooks plus :class:`SelfBalanceHook` when a head is self-balanced,
-        placed before the checkpointer so that checkpoints include the finished step, and first
+        """DefaultTrainer's hooks plus :class:`SelfBalanceHook` when a head has a ranking loss (it
+        logs the losses' statistics and self-balances), placed before the checkpointer so that
+        checkpoints include the finished step, and first
         :class:`DataPositionHook` with the resumable loader. The writers run every
         SOLVER.LOG_PERIOD iterations. The checkpointer (built before the hooks, which save with it)
         becomes an :class:`AlrpCheckpointer`: weights that do not fit the model are an error unless
@@ -164,9 +165,11 @@ class AlrpTrainer(DefaultTrainer):
         sampler = getattr(self._trainer.data_loader, "batch_sampler", None)
         if isinstance(sampler, ResumableBatchSampler):
             hook_list.insert(0, DataPositionHook(sampler))
-        if any(weight.self_balanced for weight in find_localisation_weights(self.model).values()):
+        losses = find_ranking_losses(self.model)
+        if losses:
+            period = self_balance_period(self.cfg) if any(loss.self_balanced for loss in losses.values()) else None
             position = next(
                 i for i, h in enumerate(hook_list) if isinstance(h, (hooks.PeriodicCheckpointer, hooks.EvalHook))
             )
-            hook_list.insert(position, SelfBalanceHook(self_balance_period(self.cfg)))
+            hook_list.insert(position, SelfBalanceHook(period))
         return hook_list

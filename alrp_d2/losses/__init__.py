@@ -1,7 +1,7 @@
 """Error-driven ranking losses (pure torch, no detectron2 import)."""
 
-from .alrp_loss import AlrpLossTerms, alrp_loss, alrp_loss_terms
-from .ap_loss import ap_loss, ap_loss_terms
+from .alrp_loss import AlrpLossTerms, alrp_loss, alrp_loss_indexed, alrp_loss_terms
+from .ap_loss import ap_loss, ap_loss_indexed, ap_loss_terms
 from .error_driven import NonFiniteInputError, RankingLossOutput
 from .global_ranking import RankingGroup, ranking_group
 from .localisation_error import loc_error
@@ -12,8 +12,10 @@ __all__ = [
     "RankingGroup",
     "RankingLossOutput",
     "alrp_loss",
+    "alrp_loss_indexed",
     "alrp_loss_terms",
     "ap_loss",
+    "ap_loss_indexed",
     "ap_loss_terms",
     "loc_error",
     "ranking_group",

@@ -10,13 +10,15 @@ from torch import Tensor
 from .error_driven import (
     ErrorDrivenRankingLoss,
     check_hyperparameters,
+    nan_unless_finite,
     output_dtype,
     zero_connected,
 )
-from .global_ranking import RankingGroup, exchange_positives
+from .global_ranking import PositiveExchange, RankingGroup, exchange_counts, exchange_positives
+from .labels import positives_of_labels
 from .relation_sums import PositiveRanking
 
-__all__ = ["AlrpLossTerms", "alrp_loss", "alrp_loss_terms"]
+__all__ = ["AlrpLossTerms", "alrp_loss", "alrp_loss_indexed", "alrp_loss_terms"]
 
 
 class AlrpLossTerms(NamedTuple):
@@ -28,10 +30,11 @@ class AlrpLossTerms(NamedTuple):
     negative_gradient_magnitude: Tensor
 
 
-def alrp_loss_terms(
+def alrp_loss_indexed(
     logits: Tensor,
-    labels: Tensor,
+    positive_index: Tensor,
     loc_errors: Tensor,
+    valid: Optional[Tensor] = None,
     delta: float = 1.0,
     eps: float = 1e-5,
     group: Optional[RankingGroup] = None,
@@ -49,11 +52,17 @@ def alrp_loss_terms(
       cumulative sum of App. E line 14 (tied scores count together) and ``rank`` treated as a
       constant, so it carries the gradient to ``loc_errors`` only (App. F.1).
 
+    The inputs are not validated (:func:`alrp_loss_terms` validates labels); a NaN or infinite
+    logit makes ``loss_cls`` NaN and a NaN localisation error makes ``loss_loc`` NaN, without
+    a host synchronisation. One synchronisation selects the relevant negatives.
+
     Args:
-        logits: (M,) flattened classification logits.
-        labels: (M,) 1 positive, 0 negative, -1 ignored.
-        loc_errors: (P,) differentiable E_loc of the positives, in the order in which the
-            positives appear in ``logits`` (see :func:`alrp_d2.losses.loc_error`).
+        logits: classification logits of any shape (M entries).
+        positive_index: (P,) distinct indices of the positives into the flattened logits.
+        loc_errors: (P,) differentiable, non-negative E_loc of the positives, in the order of
+            ``positive_index`` (see :func:`alrp_d2.losses.loc_error`).
+        valid: None, or a bool tensor broadcastable to ``logits.shape``: False for ignored
+            examples (e.g. ``(anchors, 1)`` for (anchors, classes) logits).
         delta: smoothness of H.
         eps: positives with N_FP(i) < eps get no score gradient (App. E line 28).
         group: rank the examples of all workers of this group as one ranking (see
@@ -64,13 +73,26 @@ def alrp_loss_terms(
     Without positives (of any worker) both components are zeros connected to their inputs' graphs.
     """
     check_hyperparameters(delta, eps)
-    num_positives, exchange = exchange_positives(logits, labels, loc_errors, group)
+    num_positives, exchange = exchange_counts(positive_index.numel(), group, logits.device)
+    return _alrp_loss(logits, positive_index, loc_errors, valid, delta, eps, num_positives, exchange)
+
+
+def _alrp_loss(
+    logits: Tensor,
+    positive_index: Tensor,
+    loc_errors: Tensor,
+    valid: Optional[Tensor],
+    delta: float,
+    eps: float,
+    num_positives: int,
+    exchange: Optional[PositiveExchange],
+) -> AlrpLossTerms:
     dtype = output_dtype(logits)
     if num_positives == 0:
         zero = zero_connected(logits, dtype)
         return AlrpLossTerms(zero, zero_connected(loc_errors, dtype), zero.detach(), zero.detach())
     with torch.autocast(device_type=logits.device.type, enabled=False):
-        ranking = PositiveRanking.build(logits, labels == 1, labels == 0, delta, exchange, loc_errors)
+        ranking = PositiveRanking.build(logits, positive_index, valid, delta, exchange, loc_errors)
         sorted_errors = ranking.sorted_positive_values(loc_errors).double()
         errors = sorted_errors.detach()
         num_false_positives, rank = ranking.num_false_positives, ranking.rank
@@ -79,7 +101,27 @@ def alrp_loss_terms(
             logits, ranking, lrp_errors, errors / rank, num_false_positives / rank, eps
         )
         loss_loc = (ranking.step_cumsum(sorted_errors) / rank).mean()
-    return AlrpLossTerms(loss_cls, loss_loc.to(dtype), positive_magnitude, negative_magnitude)
+    return AlrpLossTerms(
+        nan_unless_finite(loss_cls, logits), loss_loc.to(dtype), positive_magnitude, negative_magnitude
+    )
+
+
+def alrp_loss_terms(
+    logits: Tensor,
+    labels: Tensor,
+    loc_errors: Tensor,
+    delta: float = 1.0,
+    eps: float = 1e-5,
+    group: Optional[RankingGroup] = None,
+) -> AlrpLossTerms:
+    """:func:`alrp_loss_indexed` with ``labels`` (M,) 1 positive, 0 negative, -1 ignored, and the
+    (P,) ``loc_errors`` of the positives in the order in which they appear in ``logits`` (M,).
+    The inputs are validated: shapes, label values, non-finite logits or errors
+    (:class:`~alrp_d2.losses.NonFiniteInputError`) and negative errors raise."""
+    check_hyperparameters(delta, eps)
+    num_positives, exchange = exchange_positives(logits, labels, loc_errors, group)
+    positive_index, valid = positives_of_labels(labels)
+    return _alrp_loss(logits, positive_index, loc_errors, valid, delta, eps, num_positives, exchange)
 
 
 def alrp_loss(

@@ -12,13 +12,15 @@ from .error_driven import (
     ErrorDrivenRankingLoss,
     RankingLossOutput,
     check_hyperparameters,
+    nan_unless_finite,
     output_dtype,
     zero_connected,
 )
-from .global_ranking import RankingGroup, exchange_positives
+from .global_ranking import PositiveExchange, RankingGroup, exchange_counts, exchange_positives
+from .labels import positives_of_labels
 from .relation_sums import PositiveRanking
 
-__all__ = ["ap_loss", "ap_loss_terms", "interpolated_errors"]
+__all__ = ["ap_loss", "ap_loss_indexed", "ap_loss_terms", "interpolated_errors"]
 
 #: The gate of a loss without one: only positives with N_FP(i) = 0, whose error is 0, are skipped.
 _NO_GATE = torch.finfo(torch.float64).tiny
@@ -35,9 +37,10 @@ def interpolated_errors(ranking: PositiveRanking) -> Tensor:
     return running[torch.searchsorted(scores, scores, right=True) - 1]
 
 
-def ap_loss_terms(
+def ap_loss_indexed(
     logits: Tensor,
-    labels: Tensor,
+    positive_index: Tensor,
+    valid: Optional[Tensor] = None,
     delta: float = 1.0,
     eps: Optional[float] = 1e-5,
     group: Optional[RankingGroup] = None,
@@ -50,9 +53,13 @@ def ap_loss_terms(
     rows): its negative weight ``(1 - max_prec) / (1 - prec(i))`` on ``H(x_ij) / rank(i)`` equals
     ``l(i) H(x_ij) / N_FP(i)``, and its loss ``1 - mean(max_prec)`` counts every positive.
 
+    Inputs as :func:`alrp_d2.losses.alrp_loss_indexed` (not validated; a non-finite logit
+    makes the loss NaN).
+
     Args:
-        logits: (M,) flattened classification logits.
-        labels: (M,) 1 positive, 0 negative, -1 ignored.
+        logits: classification logits of any shape (M entries).
+        positive_index: (P,) distinct indices of the positives into the flattened logits.
+        valid: None, or a bool tensor broadcastable to ``logits.shape``, False for ignored examples.
         delta: smoothness of the step function H.
         eps: positives with N_FP(i) < eps get no gradient (App. E line 28); None: no gate, as
             the official APLoss.
@@ -64,19 +71,54 @@ def ap_loss_terms(
         The loss with the error-driven gradient and the summed gradient magnitudes of the
         positives and negatives. Without positives the loss is a zero connected to ``logits``.
     """
+    gate = _gate(delta, eps)
+    num_positives, exchange = exchange_counts(positive_index.numel(), group, logits.device)
+    return _ap_loss(logits, positive_index, valid, delta, gate, num_positives, exchange, interpolated)
+
+
+def _gate(delta: float, eps: Optional[float]) -> float:
     gate = _NO_GATE if eps is None else eps
     check_hyperparameters(delta, gate)
-    num_positives, exchange = exchange_positives(logits, labels, None, group)
+    return gate
+
+
+def _ap_loss(
+    logits: Tensor,
+    positive_index: Tensor,
+    valid: Optional[Tensor],
+    delta: float,
+    gate: float,
+    num_positives: int,
+    exchange: Optional[PositiveExchange],
+    interpolated: bool,
+) -> RankingLossOutput:
     dtype = output_dtype(logits)
     if num_positives == 0:
         zero = zero_connected(logits, dtype)
         return RankingLossOutput(zero, zero.detach(), zero.detach())
     with torch.autocast(device_type=logits.device.type, enabled=False):
-        ranking = PositiveRanking.build(logits, labels == 1, labels == 0, delta, exchange)
+        ranking = PositiveRanking.build(logits, positive_index, valid, delta, exchange)
         errors = interpolated_errors(ranking) if interpolated else ranking.num_false_positives / ranking.rank
-        return RankingLossOutput(
-            *ErrorDrivenRankingLoss.apply(logits, ranking, errors, torch.zeros_like(errors), None, gate)
+        loss, positive_magnitude, negative_magnitude = ErrorDrivenRankingLoss.apply(
+            logits, ranking, errors, torch.zeros_like(errors), None, gate
         )
+    return RankingLossOutput(nan_unless_finite(loss, logits), positive_magnitude, negative_magnitude)
+
+
+def ap_loss_terms(
+    logits: Tensor,
+    labels: Tensor,
+    delta: float = 1.0,
+    eps: Optional[float] = 1e-5,
+    group: Optional[RankingGroup] = None,
+    interpolated: bool = False,
+) -> RankingLossOutput:
+    """:func:`ap_loss_indexed` with ``labels`` (M,) 1 positive, 0 negative, -1 ignored for the
+    (M,) ``logits``; the inputs are validated (shapes, label values, non-finite logits raise)."""
+    gate = _gate(delta, eps)
+    num_positives, exchange = exchange_positives(logits, labels, None, group)
+    positive_index, valid = positives_of_labels(labels)
+    return _ap_loss(logits, positive_index, valid, delta, gate, num_positives, exchange, interpolated)
 
 
 def ap_loss(

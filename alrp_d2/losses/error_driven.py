@@ -16,7 +16,7 @@ __all__ = [
     "NonFiniteInputError",
     "output_dtype",
     "check_hyperparameters",
-    "check_ranking_inputs",
+    "nan_unless_finite",
     "zero_connected",
 ]
 
@@ -47,69 +47,19 @@ def check_hyperparameters(delta: float, eps: float) -> None:
         raise ValueError(f"eps must be > 0, got {eps}")
 
 
+def nan_unless_finite(loss: Tensor, logits: Tensor) -> Tensor:
+    """``loss``, or NaN when a logit is NaN or infinite, without a host synchronisation (the
+    smallest and largest logit carry any NaN or inf), so that a training loop stops on it."""
+    if logits.numel() == 0:
+        return loss
+    finite = torch.isfinite(torch.stack(torch.aminmax(logits.detach()))).all()
+    return torch.where(finite, loss, torch.nan)
+
+
 def zero_connected(tensor: Tensor, dtype: torch.dtype) -> Tensor:
     """A zero scalar that is still connected to ``tensor``'s graph (zero gradients); finite
     even if summing ``tensor`` itself would overflow."""
     return (tensor * 0.0).sum().to(dtype)
-
-
-def _raise_if_non_finite(values: Tensor, name: str) -> None:
-    """Raises when ``values`` hold a NaN or inf; a finite tensor whose sum overflowed passes."""
-    count = int((~torch.isfinite(values)).sum())
-    if count:
-        raise NonFiniteInputError(f"ranking loss received {count} non-finite {name} (NaN or inf)")
-
-
-def check_ranking_inputs(logits: Tensor, labels: Tensor, extra: Optional[Tensor] = None) -> int:
-    """Validates a flattened ranking problem with one host synchronisation.
-
-    Args:
-        logits: (M,) scores.
-        labels: (M,) 1 for positives, 0 for negatives, -1 for ignored entries.
-        extra: optional per-positive values (e.g. localisation errors) that must be finite
-            and have one entry per positive.
-
-    Returns:
-        The number of positives.
-    """
-    if logits.dim() != 1 or labels.shape != logits.shape:
-        raise ValueError(
-            f"logits and labels must be 1-D tensors of the same length, got {tuple(logits.shape)} "
-            f"and {tuple(labels.shape)}"
-        )
-    if not logits.is_floating_point():
-        raise TypeError(f"logits must be a floating-point tensor, got {logits.dtype}")
-    if labels.is_floating_point() or labels.is_complex():
-        raise TypeError(f"labels must be an integer or bool tensor (1, 0, -1), got {labels.dtype}")
-    # One host synchronisation: the number of positives, whether the logits sum to a finite
-    # number (a NaN or inf anywhere makes it non-finite), the label range and, for ``extra``,
-    # whether it sums to a finite number and its smallest value.
-    ranged = labels.to(torch.int8) if labels.dtype == torch.bool else labels
-    label_min, label_max = torch.aminmax(ranged) if labels.numel() else (ranged.new_zeros(()), ranged.new_zeros(()))
-    checks = [torch.count_nonzero(labels == 1), torch.isfinite(logits.sum()), label_min, label_max]
-    if extra is not None:
-        detached = extra.detach()
-        checks.append(torch.isfinite(detached.sum()))
-        checks.append(detached.min() if detached.numel() else detached.new_zeros(()))
-    num_positives, logits_finite, label_min, label_max, *extra_checks = torch.stack(
-        [c.to(torch.float64) for c in checks]
-    ).tolist()
-    num_positives = int(num_positives)
-    if label_min < -1 or label_max > 1:
-        raise ValueError("labels must be 1 (positive), 0 (negative) or -1 (ignored)")
-    if not logits_finite:
-        _raise_if_non_finite(logits, "logits")
-    if extra is not None:
-        extra_finite, extra_min = extra_checks
-        if extra.shape != (num_positives,):
-            raise ValueError(
-                f"expected one localisation error per positive ({num_positives}), got shape {tuple(extra.shape)}"
-            )
-        if not extra_finite:
-            _raise_if_non_finite(extra, "localisation errors")
-        if extra_min < 0:
-            raise ValueError(f"localisation errors must be >= 0, got a minimum of {extra_min}")
-    return num_positives
 
 
 class ErrorDrivenRankingLoss(torch.autograd.Function):
@@ -150,19 +100,19 @@ class ErrorDrivenRankingLoss(torch.autograd.Function):
         active = ranking.num_false_positives >= eps
         positive_grad = torch.where(active, -update, 0.0) / normaliser
         distributed = torch.where(active, update / ranking.num_false_positives.clamp_min(eps), 0.0) / normaliser
-        negative_grad = ranking.negative_relation_sum(distributed)
+        dtype = output_dtype(logits)
+        negative_grad = ranking.negative_relation_sum(distributed, dtype)
         local_positive_grad = positive_grad if ranking.local_slot is None else positive_grad[ranking.local_slot]
 
-        dtype = output_dtype(logits)
-        ctx.num_logits = logits.numel()
+        ctx.shape = logits.shape
         ctx.scale = ranking.gradient_scale
         ctx.save_for_backward(
-            ranking.positive_index, ranking.negative_mask, local_positive_grad.to(dtype), negative_grad.to(dtype)
+            ranking.positive_index, ranking.negative_mask, local_positive_grad.to(dtype), negative_grad
         )
         terms = errors if loss_terms is None else loss_terms
         loss = (terms.sum() / normaliser).to(dtype)
         positive_magnitude = torch.linalg.vector_norm(positive_grad, 1)
-        negative_magnitude = torch.linalg.vector_norm(negative_grad, 1)
+        negative_magnitude = torch.linalg.vector_norm(negative_grad, 1).double()  # no float64 copy of the gradient
         if ranking.exchange is not None:
             negative_magnitude = ranking.exchange.all_reduce_sum(negative_magnitude)
         positive_magnitude, negative_magnitude = positive_magnitude.to(dtype), negative_magnitude.to(dtype)
@@ -172,9 +122,8 @@ class ErrorDrivenRankingLoss(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad_loss: Tensor, *unused: Tensor) -> Tuple[Optional[Tensor], ...]:
         positive_index, negative_mask, positive_grad, negative_grad = ctx.saved_tensors
-        if ctx.scale != 1.0:
-            grad_loss = grad_loss * ctx.scale
-        grad = positive_grad.new_zeros(ctx.num_logits)
-        grad.masked_scatter_(negative_mask, negative_grad * grad_loss)
-        grad[positive_index] = positive_grad * grad_loss
-        return grad, None, None, None, None, None
+        scale = grad_loss * ctx.scale if ctx.scale != 1.0 else grad_loss
+        grad = negative_grad.new_zeros(negative_mask.shape).masked_scatter_(negative_mask, negative_grad)
+        grad.mul_(scale)
+        grad[positive_index] = positive_grad * scale
+        return grad.view(ctx.shape), None, None, None, None, None

@@ -31,9 +31,18 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from .error_driven import NonFiniteInputError, check_ranking_inputs
+from .error_driven import NonFiniteInputError
+from .labels import check_ranking_inputs
 
-__all__ = ["RANKINGS", "PositiveExchange", "RankingGroup", "exchange_positives", "global_mean", "ranking_group"]
+__all__ = [
+    "RANKINGS",
+    "PositiveExchange",
+    "RankingGroup",
+    "exchange_counts",
+    "exchange_positives",
+    "global_mean",
+    "ranking_group",
+]
 
 RANKINGS = ("per_worker", "global")
 
@@ -122,6 +131,19 @@ def ranking_group(ranking: str, group: Optional[dist.ProcessGroup] = None) -> Op
     if dist.get_world_size(group) == 1:
         return None
     return RankingGroup(group)
+
+
+def exchange_counts(
+    num_positives: int, group: Optional[RankingGroup], device: torch.device
+) -> Tuple[int, Optional[PositiveExchange]]:
+    """The number of positives of the ranking (of all workers with a group) and the exchange
+    (``None`` without a group) for inputs that need no validation."""
+    if group is None:
+        return num_positives, None
+    exchange = group.exchange(num_positives, False, device)
+    if exchange.failed:
+        raise NonFiniteInputError(f"ranking loss inputs of worker(s) {exchange.failed} are invalid")
+    return exchange.total, exchange
 
 
 def exchange_positives(

@@ -18,6 +18,10 @@ counts), and ``sum_i w_i H(v_j - q_i) = A[gap] + B[gap] v_j`` with two per-gap c
 H is continuous, so a source that rounding places on the other side of an edge contributes the
 same.
 
+The negatives stay in the logits' dtype: they are placed among the band edges rounded down to that
+dtype, which compares exactly as float64 would, and are turned into float64 in chunks of
+:data:`CHUNK` examples, so that no float64 copy of all of them exists.
+
 The per-gap counts and sums are additive over disjoint sets of sources: a global ranking over
 several workers (:mod:`alrp_d2.losses.global_ranking`) builds the same edges from the gathered
 positives on every worker and sums the workers' per-gap totals of their negatives (O(P) floats).
@@ -26,7 +30,7 @@ positives on every worker and sums the workers' per-gap totals of their negative
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Iterator, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -34,12 +38,39 @@ from torch import Tensor
 if TYPE_CHECKING:
     from .global_ranking import PositiveExchange
 
-__all__ = ["BandEdges", "PositiveRanking"]
+__all__ = ["CHUNK", "BandEdges", "PositiveRanking", "Sources"]
+
+#: Sources turned into float64 at once (2 MB of float64 per chunk, so that the copies stay small).
+CHUNK = 1 << 18
 
 
 def _exclusive_cumsum(x: Tensor) -> Tensor:
     """``out[k] = sum(x[:k])``, of length ``len(x) + 1``."""
     return torch.cat([x.new_zeros(1), torch.cumsum(x, 0)])
+
+
+@dataclass(frozen=True)
+class Sources:
+    """Examples related to the sorted positives: their ``values`` in any float dtype, minus
+    ``offset`` (float64, 0-d; None: already on the positives' scale), and the gap of each.
+
+    The shifted float64 values are produced in chunks of :data:`CHUNK`."""
+
+    values: Tensor
+    gap: Tensor
+    offset: Optional[Tensor] = None
+
+    def __len__(self) -> int:
+        return self.values.numel()
+
+    def chunks(self) -> Iterator[Tuple[int, int, Tensor, Tensor]]:
+        """``(start, end, shifted float64 values, gaps)`` of every chunk; the values are a copy."""
+        for start in range(0, len(self), CHUNK):
+            end = min(start + CHUNK, len(self))
+            shifted = self.values[start:end].to(torch.float64, copy=True)
+            if self.offset is not None:
+                shifted = shifted.sub_(self.offset)
+            yield start, end, shifted, self.gap[start:end]
 
 
 @dataclass(frozen=True)
@@ -66,19 +97,26 @@ class BandEdges:
     def num_gaps(self) -> int:
         return self.edges.numel() + 1
 
-    def locate(self, values: Tensor) -> Tensor:
-        """The gap of every value (int32)."""
-        return torch.bucketize(values, self.edges, out_int32=True)
+    def locate(self, values: Tensor, offset: Optional[Tensor] = None) -> Tensor:
+        """The gap of every value (int32), for values on the positives' scale (``offset`` None)
+        or in their own dtype and shifted by ``offset``: the edges plus the offset are rounded
+        down to that dtype, so that ``edge < value`` holds exactly when it holds in float64."""
+        edges = self.edges
+        if offset is not None:
+            raw = edges + offset
+            edges = raw.to(values.dtype)
+            edges = torch.where(edges.double() > raw, torch.nextafter(edges, edges.new_tensor(-torch.inf)), edges)
+        return torch.bucketize(values, edges, out_int32=True)
 
-    def gap_totals(self, gap: Tensor, weights: Optional[Tensor], weighted_values: Tensor) -> Tensor:
+    def gap_totals(self, sources: Sources, weights: Optional[Tensor] = None) -> Tensor:
         """(2, num_gaps) float64: every gap's sum of the sources' weights ``u`` (``None``: all 1,
         a count) and of ``u * v``. Summable over disjoint sets of sources (the workers' negatives)."""
-        size = self.num_gaps
-        if weights is None:
-            gap_weight = torch.bincount(gap, minlength=size).to(weighted_values.dtype)
-        else:
-            gap_weight = weighted_values.new_zeros(size).index_add_(0, gap, weights)
-        return torch.stack([gap_weight, weighted_values.new_zeros(size).index_add_(0, gap, weighted_values)])
+        totals = torch.zeros(2, self.num_gaps, dtype=torch.float64, device=self.edges.device)
+        for start, end, values, gap in sources.chunks():
+            weight = values.new_ones(end - start) if weights is None else weights[start:end]
+            totals[0].index_add_(0, gap, weight)
+            totals[1].index_add_(0, gap, values.mul_(weight))
+        return totals
 
     def sum_from_gap_totals(self, queries: Tensor, totals: Tensor) -> Tensor:
         """``sum_j u_j H(v_j - q_i)`` for every sorted positive ``q_i`` from the sources'
@@ -96,15 +134,15 @@ class BandEdges:
         band = torch.cumsum(band, 1)[:, :-1]
         return above + band[0] - band[1] * queries * inv_two_delta
 
-    def sum_at_positives(
-        self, queries: Tensor, gap: Tensor, weights: Optional[Tensor], weighted_values: Tensor
-    ) -> Tensor:
-        """``sum_j u_j H(v_j - q_i)`` for every sorted positive ``q_i``, from the sources' gaps,
-        weights ``u`` (``None``: all 1) and ``u * v``."""
-        return self.sum_from_gap_totals(queries, self.gap_totals(gap, weights, weighted_values))
+    def sum_at_positives(self, queries: Tensor, sources: Sources, weights: Optional[Tensor] = None) -> Tensor:
+        """``sum_j u_j H(v_j - q_i)`` for every sorted positive ``q_i``, from the sources and
+        their weights ``u`` (``None``: all 1)."""
+        return self.sum_from_gap_totals(queries, self.gap_totals(sources, weights))
 
-    def sum_at_sources(self, queries: Tensor, weights: Tensor, gap: Tensor, values: Tensor) -> Tensor:
-        """``sum_i w_i H(v_j - q_i)`` for every source ``v_j`` in ``gap``: ``A[gap] + B[gap] v``."""
+    def sum_at_sources(
+        self, queries: Tensor, weights: Tensor, sources: Sources, dtype: torch.dtype = torch.float64
+    ) -> Tensor:
+        """``sum_i w_i H(v_j - q_i)`` for every source ``v_j``: ``A[gap] + B[gap] v``, in ``dtype``."""
         inv_two_delta = 0.5 / self.delta
         prefix = _exclusive_cumsum(weights)
         prefix_weighted = _exclusive_cumsum(weights * queries)
@@ -113,7 +151,10 @@ class BandEdges:
         band_weighted_query = prefix_weighted[self.band_end] - prefix_weighted[self.above_end]
         intercept = above + 0.5 * band_weight - band_weighted_query * inv_two_delta
         slope = band_weight * inv_two_delta
-        return torch.addcmul(intercept[gap], slope[gap], values)
+        result = torch.empty(len(sources), dtype=dtype, device=queries.device)
+        for start, end, values, gap in sources.chunks():
+            result[start:end] = values.mul_(slope[gap]).add_(intercept[gap])
+        return result
 
 
 @dataclass(frozen=True)
@@ -130,16 +171,17 @@ class PositiveRanking:
 
     Attributes:
         positive_index: index into the flattened logits of each positive of this worker: of
-            each sorted positive when ``local_slot`` is None, else in the order of the
-            flattened logits.
-        positive_order: (P,) position of each sorted positive among the positives taken in
-            the order of the flattened logits (to gather per-positive inputs such as E_loc);
-            in a global ranking, in the concatenation of all workers' positives in worker order.
+            each sorted positive when ``local_slot`` is None, else in the order given to
+            :meth:`build`.
+        positive_order: (P,) position of each sorted positive among the positives in the
+            order given to :meth:`build` (to gather per-positive inputs such as E_loc); in a
+            global ranking, in the concatenation of all workers' positives in worker order.
         negative_mask: (M,) the relevant negatives (score >= min positive - delta, App. E
             line 8; the others have H(x_ij) = 0 for every positive).
-        positive_scores, negative_scores: (P,) sorted and (N,) relevant-negative scores, the
-            latter in the order of the flattened logits.
-        edges: the band edges of the positives; positive_gap, negative_gap: each score's gap.
+        positive_scores: (P,) the sorted scores.
+        negatives: the relevant negatives' logits (in the order of the flattened logits, in
+            the logits' dtype) with their offset and gaps.
+        edges: the band edges of the positives; positive_gap: each positive's gap.
         num_false_positives: (P,) N_FP(i) = sum_{j in N} H(x_ij) (App. E line 24).
         rank: (P,) rank(i) = rank^+(i) + N_FP(i) (line 25), with
             rank^+(i) = 1 + sum_{k in P, k != i} H(x_ik) (line 23).
@@ -155,10 +197,9 @@ class PositiveRanking:
     positive_order: Tensor
     negative_mask: Tensor
     positive_scores: Tensor
-    negative_scores: Tensor
+    negatives: Sources
     edges: BandEdges
     positive_gap: Tensor
-    negative_gap: Tensor
     num_false_positives: Tensor
     rank: Tensor
     tie_first: Tensor
@@ -169,29 +210,34 @@ class PositiveRanking:
     @staticmethod
     def build(
         logits: Tensor,
-        positive_mask: Tensor,
-        negative_mask: Tensor,
+        positive_index: Tensor,
+        valid: Optional[Tensor],
         delta: float,
         exchange: Optional[PositiveExchange] = None,
         positive_values: Optional[Tensor] = None,
     ) -> PositiveRanking:
-        """Sorts the positives and relates them to the relevant negatives.
+        """Sorts the positives and relates them to the relevant negatives, with one host
+        synchronisation (selecting the relevant negatives, whose number depends on the scores).
 
         Args:
-            logits: (M,) finite scores of any float dtype; not differentiated.
-            positive_mask, negative_mask: (M,) bool masks, at least one positive (of all
-                workers, in a global ranking).
+            logits: finite scores of any shape and float dtype (M entries); not differentiated.
+            positive_index: (P,) distinct indices of the positives into the flattened logits,
+                at least one positive (of all workers, in a global ranking).
+            valid: None (every example is ranked) or a bool tensor broadcastable to
+                ``logits.shape``, False for the ignored examples; positives rank whatever
+                their entry.
             delta: smoothness of H, > 0.
             exchange: the communication of a global ranking (see
-                :func:`alrp_d2.losses.global_ranking.exchange_positives`); None: this
-                worker's examples only.
+                :func:`alrp_d2.losses.global_ranking.exchange_counts`); None: this worker's
+                examples only.
             positive_values: optional per-positive values of this worker (e.g. E_loc), in the
-                order of the flattened logits, gathered with the scores in a global ranking
+                order of ``positive_index``, gathered with the scores in a global ranking
                 (see :meth:`sorted_positive_values`).
         """
         logits = logits.detach()
-        positive_index = torch.nonzero(positive_mask).squeeze(1)
-        scores = logits[positive_index].double()
+        flat = logits.reshape(-1)
+        scores = flat[positive_index].double()
+        local_index = positive_index
         local_slot = gathered_values = None
         if exchange is not None:
             columns = [scores] if positive_values is None else [scores, positive_values.detach().double()]
@@ -213,31 +259,35 @@ class PositiveRanking:
         threshold = torch.where(
             threshold.double() > offset - delta, torch.nextafter(threshold, threshold.new_tensor(-torch.inf)), threshold
         )
-        negative_mask = negative_mask & (logits >= threshold)
-        negative_scores = logits[negative_mask].double().sub_(offset)
+        relevant = logits >= threshold
+        if valid is not None:
+            relevant &= valid
+        negative_mask = relevant.reshape(-1)
+        negative_mask[local_index] = False
+        negative_values = flat[negative_mask]
 
         edges = BandEdges.of(positive_scores, delta)
         positive_gap = edges.locate(positive_scores)
-        negative_gap = edges.locate(negative_scores)
+        negatives = Sources(negative_values, edges.locate(negative_values, offset), offset)
         # N_FP needs every worker's negatives: their per-gap totals are summed over the workers.
-        negative_totals = edges.gap_totals(negative_gap, None, negative_scores)
+        negative_totals = edges.gap_totals(negatives)
         if exchange is not None:
             negative_totals = exchange.all_reduce_sum(negative_totals)
         num_false_positives = edges.sum_from_gap_totals(positive_scores, negative_totals)
         # rank^+ = 1 + sum_{k != i} H(x_ik): the sum over all k includes the self term H(0) = 0.5.
-        rank_positive = 0.5 + edges.sum_at_positives(positive_scores, positive_gap, None, positive_scores)
+        rank_positive = 0.5 + edges.sum_at_positives(positive_scores, Sources(positive_scores, positive_gap))
         return PositiveRanking(
             positive_index=positive_index,
             positive_order=order,
             negative_mask=negative_mask,
             positive_scores=positive_scores,
-            negative_scores=negative_scores,
+            negatives=negatives,
             edges=edges,
             positive_gap=positive_gap,
-            negative_gap=negative_gap,
             num_false_positives=num_false_positives,
             rank=rank_positive + num_false_positives,
-            tie_first=torch.searchsorted(positive_scores, positive_scores),
+            # Clamped: a NaN score (whose loss is reported as NaN) must not index out of range.
+            tie_first=torch.searchsorted(positive_scores, positive_scores).clamp_(max=len(positive_scores) - 1),
             exchange=exchange,
             local_slot=local_slot,
             gathered_values=gathered_values,
@@ -250,7 +300,7 @@ class PositiveRanking:
         return 1.0 if self.exchange is None else float(self.exchange.world_size)
 
     def sorted_positive_values(self, values: Tensor) -> Tensor:
-        """Per-positive ``values`` of this worker (in the order of the flattened logits) for
+        """Per-positive ``values`` of this worker (in the order given to :meth:`build`) for
         every sorted positive of the ranking, differentiable with respect to ``values``. In a
         global ranking, the other workers' values are those gathered by :meth:`build`
         (float64), and the gradient of ``values`` is multiplied by :attr:`gradient_scale`."""
@@ -269,16 +319,16 @@ class PositiveRanking:
         """``sum_{k in P, k != i} w_k H(x_ik)`` for every sorted positive ``i`` (the self term
         H(0) = 0.5 is removed)."""
         scores = self.positive_scores
-        total = self.edges.sum_at_positives(scores, self.positive_gap, weights, weights * scores)
+        total = self.edges.sum_at_positives(scores, Sources(scores, self.positive_gap), weights)
         return total - 0.5 * weights
 
-    def negative_relation_sum(self, weights: Tensor) -> Tensor:
-        """``sum_{i in P} w_i H(x_ij)`` for every relevant negative ``j``.
+    def negative_relation_sum(self, weights: Tensor, dtype: torch.dtype = torch.float64) -> Tensor:
+        """``sum_{i in P} w_i H(x_ij)`` for every relevant negative ``j``, in ``dtype``.
 
         With ``w_i = (l(i) - l*(i)) / N_FP(i)`` this is the error the positives distribute
         over negative ``j`` through p(j|i) = H(x_ij) / N_FP(i) (Alg. 1 line 4).
         """
-        return self.edges.sum_at_sources(self.positive_scores, weights, self.negative_gap, self.negative_scores)
+        return self.edges.sum_at_sources(self.positive_scores, weights, self.negatives, dtype)
 
     def step_cumsum(self, values: Tensor) -> Tensor:
         """``sum_{k in P, s_k >= s_i} v_k``: the cumulative sum of App. E line 14 in descending

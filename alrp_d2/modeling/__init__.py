@@ -6,9 +6,14 @@ from .alrp_retinanet import AlrpRetinaNet
 from .alrp_roi_heads import AlrpFastRCNNOutputLayers, AlrpROIHeads
 from .alrp_rpn import AlrpRPN
 from .atss import AtssMatcher
-from .backbone import FrozenStatsBatchNorm2d, build_alrp_resnet_fpn_backbone, build_alrp_retinanet_resnet_fpn_backbone
+from .backbone import (
+    FrozenStatsBatchNorm2d,
+    build_alrp_resnet_fpn_backbone,
+    build_alrp_retinanet_resnet_fpn_backbone,
+    build_fcos_resnet_fpn_backbone,
+)
 from .foveabox import FoveaBox
-from .head_loss import DetectionRankingLoss
+from .ranking_loss import HeadRankingLoss, PositiveTargets, RankingStatistics
 
 __all__ = [
     "AlrpFCOS",
@@ -19,9 +24,12 @@ __all__ = [
     "AlrpRPN",
     "AtssMatcher",
     "ConfigurableFCOS",
-    "DetectionRankingLoss",
     "FoveaBox",
     "FrozenStatsBatchNorm2d",
+    "HeadRankingLoss",
+    "PositiveTargets",
+    "RankingStatistics",
     "build_alrp_resnet_fpn_backbone",
     "build_alrp_retinanet_resnet_fpn_backbone",
+    "build_fcos_resnet_fpn_backbone",
 ]

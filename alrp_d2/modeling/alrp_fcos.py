@@ -6,10 +6,8 @@ from typing import Dict, List, Optional
 
 import torch
 from detectron2.config import configurable
-from detectron2.layers import ShapeSpec, cat
-from detectron2.modeling import BACKBONE_REGISTRY, META_ARCH_REGISTRY
-from detectron2.modeling.backbone import FPN, build_resnet_backbone
-from detectron2.modeling.backbone.fpn import LastLevelP6P7
+from detectron2.layers import cat
+from detectron2.modeling import META_ARCH_REGISTRY
 from detectron2.modeling.meta_arch.fcos import FCOS, FCOSHead
 from detectron2.modeling.meta_arch.retinanet import RetinaNet, RetinaNetHead
 from detectron2.structures import Boxes, ImageList
@@ -17,27 +15,12 @@ from torch import Tensor
 from torch.nn import functional as F
 
 from ..config import require_config
-from .foveabox import dense_head_inputs
-from .head_loss import RankingLossDetector, dense_ranking_losses
+from .dense_head import DensePositives, dense_head_inputs, dense_ranking_losses
+from .ranking_loss import HeadRankingLoss, PositiveTargets
 
-__all__ = ["AlrpFCOS", "ConfigurableFCOS", "build_fcos_resnet_fpn_backbone"]
+__all__ = ["AlrpFCOS", "ConfigurableFCOS"]
 
 CENTERNESS_CHOICES = ("bce", "none")
-
-
-@BACKBONE_REGISTRY.register()
-def build_fcos_resnet_fpn_backbone(cfg, input_shape: ShapeSpec) -> FPN:
-    """ResNet-FPN P3-P7 with P6 and P7 computed from P5, as detectron2's FCOS config (Sec. 2.2 of
-    Tian et al., TPAMI 2022); RetinaNet's ``build_retinanet_resnet_fpn_backbone`` uses C5."""
-    out_channels = cfg.MODEL.FPN.OUT_CHANNELS
-    return FPN(
-        bottom_up=build_resnet_backbone(cfg, input_shape),
-        in_features=cfg.MODEL.FPN.IN_FEATURES,
-        out_channels=out_channels,
-        norm=cfg.MODEL.FPN.NORM,
-        top_block=LastLevelP6P7(out_channels, out_channels, in_feature="p5"),
-        fuse_type=cfg.MODEL.FPN.FUSE_TYPE,
-    )
 
 
 @META_ARCH_REGISTRY.register()
@@ -79,9 +62,10 @@ class ConfigurableFCOS(FCOS):
 
 
 @META_ARCH_REGISTRY.register()
-class AlrpFCOS(RankingLossDetector, ConfigurableFCOS):
+class AlrpFCOS(ConfigurableFCOS):
     """FCOS whose focal loss + GIoU loss is replaced by one aLRP Loss ranking over all
-    (location, class) pairs of the per-device batch, E_loc the GIoU error of the decoded boxes.
+    (location, class) pairs of the per-device batch (:class:`HeadRankingLoss` named "fcos"),
+    E_loc the GIoU error of the decoded boxes.
 
     Centre-ness (MODEL.FCOS.CENTERNESS) exists in FCOS to make scores reflect localisation
     quality, which aLRP Loss does by ranking: "bce" keeps the branch, trained by FCOS's BCE
@@ -90,13 +74,24 @@ class AlrpFCOS(RankingLossDetector, ConfigurableFCOS):
     """
 
     centerness_optional = True
-    ranking_loss_name = "fcos"
 
     @configurable
-    def __init__(self, **kwargs):
-        """kwargs: :class:`RankingLossDetector` and :class:`ConfigurableFCOS` arguments."""
+    def __init__(self, *, ranking_loss: HeadRankingLoss, **kwargs):
+        """
+        Args:
+            ranking_loss: the head's aLRP (or AP) loss.
+            kwargs: :class:`ConfigurableFCOS` arguments (its focal-loss ones unused).
+        """
         super().__init__(**kwargs)
+        self.ranking_loss = ranking_loss
         self.centerness = isinstance(self.head, FCOSHead)
+
+    @classmethod
+    def from_config(cls, cfg) -> Dict:
+        ret = super().from_config(cfg)
+        alrp = cfg.MODEL.ALRP
+        ret["ranking_loss"] = HeadRankingLoss.from_config(cfg, "fcos", delta=alrp.DELTA, tau=alrp.TAU)
+        return ret
 
     @property
     def _prediction_dims(self) -> List[int]:
@@ -120,16 +115,18 @@ class AlrpFCOS(RankingLossDetector, ConfigurableFCOS):
         gt_boxes: List[Tensor],
         pred_centerness: Optional[List[Tensor]],
     ) -> Dict[str, Tensor]:
-        """``loss_fcos_<cls loss>_cls`` and ``_loc`` (see :class:`DetectionRankingLoss`), and
-        with centre-ness FCOS's ``loss_fcos_ctr`` (BCE / EMA of the positives per batch)."""
-        losses = dense_ranking_losses(self, anchors, pred_logits, gt_labels, pred_anchor_deltas, gt_boxes)
+        """``loss_fcos_cls`` and ``loss_fcos_loc`` (see :class:`HeadRankingLoss`), and with
+        centre-ness FCOS's ``loss_fcos_ctr`` (BCE of the positives / EMA of their number per batch)."""
+        targets = PositiveTargets.of_labels(torch.stack(gt_labels), self.num_classes)
+        losses = dense_ranking_losses(
+            self.ranking_loss, self.box2box_transform, targets, anchors, pred_logits, pred_anchor_deltas, gt_boxes
+        )
         if pred_centerness is not None:
-            anchor_labels = torch.stack(gt_labels)  # (N, R)
-            positive = (anchor_labels >= 0) & (anchor_labels != self.num_classes)
-            normalizer = self._ema_update("loss_normalizer", positive.sum().clamp(min=1), 300)  # no host sync
-            targets = self.compute_ctrness_targets(anchors, gt_boxes)
-            logits = cat(pred_centerness, dim=1).squeeze(dim=2)
-            loss_ctr = F.binary_cross_entropy_with_logits(logits[positive], targets[positive], reduction="sum")
+            normalizer = self._ema_update("loss_normalizer", max(len(targets.row), 1), 300)
+            positives = DensePositives.gather(targets, anchors, pred_anchor_deltas, gt_boxes)
+            centerness_targets = self.compute_ctrness_targets([Boxes(positives.anchors)], [positives.gt_boxes])[0]
+            logits = cat(pred_centerness, dim=1).reshape(-1)[targets.row]
+            loss_ctr = F.binary_cross_entropy_with_logits(logits, centerness_targets, reduction="sum")
             losses["loss_fcos_ctr"] = loss_ctr / normalizer
         return losses
 

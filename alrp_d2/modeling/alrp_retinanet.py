@@ -10,18 +10,20 @@ from detectron2.modeling import META_ARCH_REGISTRY, RetinaNet
 from detectron2.structures import Boxes, Instances
 from torch import Tensor
 
-from .atss import AtssMatcher, pad_per_image
-from .head_loss import RankingLossDetector, dense_ranking_losses
+from .atss import AtssMatcher
+from .dense_head import dense_ranking_losses, label_anchors_batched
 from .official_inference import OfficialOrderInference
+from .ranking_loss import HeadRankingLoss, PositiveTargets
 
 __all__ = ["AlrpRetinaNet"]
 
 
 @META_ARCH_REGISTRY.register()
-class AlrpRetinaNet(OfficialOrderInference, RankingLossDetector, RetinaNet):
+class AlrpRetinaNet(OfficialOrderInference, RetinaNet):
     """RetinaNet (head, anchors, inference of detectron2) whose training loss is one aLRP Loss
-    ranking over all anchors x classes of all images of the per-device batch; the positives
-    are the (anchor, its GT class) pairs. E_loc is computed on decoded boxes.
+    ranking over all anchors x classes of all images of the per-device batch
+    (:class:`HeadRankingLoss` named "retinanet"); the positives are the (anchor, its GT class)
+    pairs. E_loc is computed on decoded boxes.
 
     Anchors are labelled by detectron2's IoU ``Matcher`` (MODEL.RETINANET.IOU_THRESHOLDS) or,
     with MODEL.ALRP.MATCHER = "atss", by :class:`AtssMatcher`. With MODEL.ALRP.OFFICIAL_INFERENCE
@@ -29,24 +31,26 @@ class AlrpRetinaNet(OfficialOrderInference, RankingLossDetector, RetinaNet):
     :class:`OfficialOrderInference`).
     """
 
-    ranking_loss_name = ""
-
     @configurable
-    def __init__(self, *, official_inference: bool = False, **kwargs):
+    def __init__(self, *, ranking_loss: HeadRankingLoss, official_inference: bool = False, **kwargs):
         """
         Args:
+            ranking_loss: the head's aLRP (or AP) loss.
             official_inference: select detections as the official (mmdetection 2.x) test does.
-            kwargs: :class:`RankingLossDetector` and :class:`detectron2.modeling.RetinaNet` arguments.
+            kwargs: :class:`detectron2.modeling.RetinaNet` arguments (its focal-loss ones unused).
         """
         super().__init__(**kwargs)
+        self.ranking_loss = ranking_loss
         self.official_inference = official_inference
 
     @classmethod
     def from_config(cls, cfg) -> Dict:
         ret = super().from_config(cfg)
-        if cfg.MODEL.ALRP.MATCHER == "atss":
-            ret["anchor_matcher"] = AtssMatcher(cfg.MODEL.ALRP.ATSS_TOPK)
-        ret["official_inference"] = cfg.MODEL.ALRP.OFFICIAL_INFERENCE
+        alrp = cfg.MODEL.ALRP
+        if alrp.MATCHER == "atss":
+            ret["anchor_matcher"] = AtssMatcher(alrp.ATSS_TOPK)
+        ret["ranking_loss"] = HeadRankingLoss.from_config(cfg, "retinanet", delta=alrp.DELTA, tau=alrp.TAU)
+        ret["official_inference"] = alrp.OFFICIAL_INFERENCE
         return ret
 
     @torch.no_grad()
@@ -54,15 +58,26 @@ class AlrpRetinaNet(OfficialOrderInference, RankingLossDetector, RetinaNet):
         """As :meth:`RetinaNet.label_anchors`; with ATSS, one batched call of the matcher (which
         sees the anchors per level) labels every image. An image without ground truth gets
         background labels and zero boxes."""
-        if not isinstance(self.anchor_matcher, AtssMatcher):
-            return super().label_anchors(anchors, gt_instances)
-        gt_boxes = pad_per_image([x.gt_boxes.tensor for x in gt_instances], 0.0)  # (N, G, 4)
-        gt_classes = pad_per_image([x.gt_classes for x in gt_instances], self.num_classes)  # (N, G)
-        matched_idxs, anchor_labels = self.anchor_matcher.match_batch(gt_boxes, [len(x) for x in gt_instances], anchors)
-        gt_labels = torch.where(anchor_labels == 1, gt_classes.gather(1, matched_idxs), self.num_classes)
-        matched_gt_boxes = gt_boxes.gather(1, matched_idxs.unsqueeze(-1).expand(-1, -1, 4))
-        return list(gt_labels.unbind(0)), list(matched_gt_boxes.unbind(0))
+        if isinstance(self.anchor_matcher, AtssMatcher):
+            return label_anchors_batched(self.anchor_matcher, anchors, gt_instances, self.num_classes)
+        return super().label_anchors(anchors, gt_instances)
 
-    # aLRP Loss of the batch: ``loss_<name>_cls`` and ``loss_<name>_loc`` (see DetectionRankingLoss;
-    # the name is MODEL.ALRP.CLS_LOSS), over all anchors x classes of the batch.
-    losses = dense_ranking_losses
+    def losses(
+        self,
+        anchors: List[Boxes],
+        pred_logits: List[Tensor],
+        gt_labels: List[Tensor],
+        pred_anchor_deltas: List[Tensor],
+        gt_boxes: List[Tensor],
+    ) -> Dict[str, Tensor]:
+        """``loss_retinanet_cls`` and ``loss_retinanet_loc``: aLRP Loss over all anchors x classes
+        of the batch (:func:`dense_ranking_losses`)."""
+        return dense_ranking_losses(
+            self.ranking_loss,
+            self.box2box_transform,
+            PositiveTargets.of_labels(torch.stack(gt_labels), self.num_classes),
+            anchors,
+            pred_logits,
+            pred_anchor_deltas,
+            gt_boxes,
+        )

@@ -7,16 +7,14 @@ from typing import Dict, List, Tuple
 
 import torch
 from detectron2.config import CfgNode, configurable
-from detectron2.layers import ShapeSpec, cat, nonzero_tuple
+from detectron2.layers import ShapeSpec, cat
 from detectron2.modeling import ROI_HEADS_REGISTRY, StandardROIHeads
 from detectron2.modeling.roi_heads import FastRCNNOutputLayers
 from detectron2.structures import Instances
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from ..config import validate_alrp_config
-from ..losses import loc_error
-from .head_loss import DetectionRankingLoss, build_ranking_loss, class_ranking_labels
+from .ranking_loss import HeadRankingLoss, PositiveTargets
 
 __all__ = ["AlrpFastRCNNOutputLayers", "AlrpROIHeads"]
 
@@ -28,26 +26,16 @@ class AlrpFastRCNNOutputLayers(FastRCNNOutputLayers):
     (App. G.4): ``cls_score`` is Linear(in, K), no background logit; class-specific box
     regression (K x 4). The loss is one aLRP Loss ranking over all (proposal, class) pairs of
     the batch, the positives being (proposal, its GT class); E_loc is computed on the boxes
-    decoded from the GT class's deltas. Losses: ``loss_box_<cls_loss>_cls`` and ``_loc``.
-    Inference scores are the sigmoid scores.
+    decoded from the GT class's deltas. Losses: ``loss_box_cls`` and ``loss_box_loc``
+    (:class:`HeadRankingLoss` named "box"). Inference scores are the sigmoid scores.
     """
 
     @configurable
-    def __init__(
-        self,
-        input_shape: ShapeSpec,
-        *,
-        ranking_loss: DetectionRankingLoss,
-        loc_error_kind: str,
-        tau: float,
-        **kwargs,
-    ):
+    def __init__(self, input_shape: ShapeSpec, *, ranking_loss: HeadRankingLoss, **kwargs):
         """
         Args:
             input_shape: shape of the per-region features.
-            ranking_loss: the box head's aLRP (or AP) loss and its localisation weight.
-            loc_error_kind: "giou" or "iou" (see :func:`alrp_d2.losses.loc_error`).
-            tau: positive-labelling IoU threshold that normalises E_loc.
+            ranking_loss: the box head's aLRP (or AP) loss.
             kwargs: :class:`FastRCNNOutputLayers` arguments (its loss ones unused).
         """
         super().__init__(input_shape, **kwargs)
@@ -55,12 +43,9 @@ class AlrpFastRCNNOutputLayers(FastRCNNOutputLayers):
         nn.init.normal_(self.cls_score.weight, std=0.01)
         nn.init.constant_(self.cls_score.bias, 0)
         self.ranking_loss = ranking_loss
-        self.loc_error_kind = loc_error_kind
-        self.tau = tau
 
     @classmethod
     def from_config(cls, cfg: CfgNode, input_shape: ShapeSpec) -> Dict:
-        validate_alrp_config(cfg)
         if cfg.MODEL.ROI_BOX_HEAD.CLS_AGNOSTIC_BBOX_REG:
             raise ValueError(
                 "Invalid config value MODEL.ROI_BOX_HEAD.CLS_AGNOSTIC_BBOX_REG=True: "
@@ -68,26 +53,25 @@ class AlrpFastRCNNOutputLayers(FastRCNNOutputLayers):
             )
         alrp = cfg.MODEL.ALRP
         ret = super().from_config(cfg, input_shape)
-        ret["ranking_loss"] = build_ranking_loss(cfg, "box", alrp.DELTA)
-        ret["loc_error_kind"] = alrp.LOC_ERROR
-        ret["tau"] = alrp.TAU
+        ret["ranking_loss"] = HeadRankingLoss.from_config(cfg, "box", delta=alrp.DELTA, tau=alrp.TAU)
         return ret
 
     def losses(self, predictions: Predictions, proposals: List[Instances]) -> Dict[str, Tensor]:
         """aLRP Loss of all proposals x classes of the batch (``gt_classes``: class in [0, K)
-        for positives, K for background, as labelled by :class:`AlrpROIHeads`)."""
+        for positives, K for background, as labelled by :class:`AlrpROIHeads`). A batch without
+        proposals gives zero losses."""
         scores, proposal_deltas = predictions
         gt_classes = cat([p.gt_classes for p in proposals], dim=0)
         proposal_boxes = cat([p.proposal_boxes.tensor for p in proposals], dim=0)
         # Images without GT have no gt_boxes; their proposals are all negatives.
         gt_boxes = cat([(p.gt_boxes if p.has("gt_boxes") else p.proposal_boxes).tensor for p in proposals], dim=0)
 
-        positive = nonzero_tuple((gt_classes >= 0) & (gt_classes < self.num_classes))[0]
-        deltas = proposal_deltas.view(len(gt_classes), self.num_classes, -1)[positive, gt_classes[positive]]
-        pred_boxes = self.box2box_transform.apply_deltas(deltas, proposal_boxes[positive])
-        loc_errors = loc_error(pred_boxes, gt_boxes[positive], self.loc_error_kind, self.tau)
-        labels = class_ranking_labels(gt_classes, self.num_classes)
-        return self.ranking_loss(scores.flatten(), labels.flatten(), loc_errors)
+        targets = PositiveTargets.of_labels(gt_classes, self.num_classes)
+        box_dim = proposal_boxes.shape[1]
+        deltas = proposal_deltas.reshape(len(gt_classes), self.num_classes, box_dim)[targets.row, targets.label]
+        pred_boxes = self.box2box_transform.apply_deltas(deltas, proposal_boxes[targets.row])
+        loc_errors = self.ranking_loss.loc_errors(pred_boxes, gt_boxes[targets.row])
+        return self.ranking_loss(scores, targets, loc_errors)
 
     def predict_probs(self, predictions: Predictions, proposals: List[Instances]) -> Tuple[Tensor, ...]:
         """Sigmoid scores (App. G.4) with a zero background column, which detectron2's

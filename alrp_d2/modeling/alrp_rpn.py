@@ -7,16 +7,15 @@ from typing import Dict, List
 
 import torch
 from detectron2.config import CfgNode, configurable
-from detectron2.layers import ShapeSpec, cat
+from detectron2.layers import ShapeSpec
 from detectron2.modeling import PROPOSAL_GENERATOR_REGISTRY
 from detectron2.modeling.matcher import Matcher
 from detectron2.modeling.proposal_generator import RPN
 from detectron2.structures import Boxes
-from detectron2.utils.events import get_event_storage
 from torch import Tensor
 
-from ..config import validate_alrp_config
-from .head_loss import DetectionRankingLoss, build_ranking_loss, dense_loc_errors
+from .dense_head import dense_ranking_losses
+from .ranking_loss import HeadRankingLoss, PositiveTargets
 
 __all__ = ["AlrpRPN", "MinIoULowQualityMatcher"]
 
@@ -32,9 +31,10 @@ class MinIoULowQualityMatcher(Matcher):
         self.min_iou = min_iou
 
     def set_low_quality_matches_(self, match_labels: Tensor, match_quality_matrix: Tensor) -> None:
-        """detectron2's low-quality matching restricted to the rows (ground truths) whose best IoU >= min_iou."""
-        eligible = match_quality_matrix.max(dim=1).values >= self.min_iou
-        super().set_low_quality_matches_(match_labels, match_quality_matrix[eligible])
+        """detectron2's low-quality matching restricted to the rows (ground truths) whose best IoU >= min_iou:
+        the other rows become NaN, which equals no row maximum (no host synchronisation)."""
+        eligible = match_quality_matrix.max(dim=1, keepdim=True).values >= self.min_iou
+        super().set_low_quality_matches_(match_labels, match_quality_matrix.where(eligible, torch.nan))
 
 
 @PROPOSAL_GENERATOR_REGISTRY.register()
@@ -44,34 +44,30 @@ class AlrpRPN(RPN):
     no sampling (App. G.4). E_loc is computed on the decoded boxes of the positives with
     tau = MODEL.ALRP.RPN_TAU, the RPN's positive threshold; both components are weighted by
     MODEL.ALRP.RPN_WEIGHT (Sec. 5.4). Low-quality matches need IoU >= MODEL.ALRP.RPN_LOW_QUALITY_MIN_IOU
-    (:class:`MinIoULowQualityMatcher`). Losses: ``loss_rpn_<cls_loss>_cls`` and ``_loc``.
+    (:class:`MinIoULowQualityMatcher`). Losses: ``loss_rpn_cls`` and ``loss_rpn_loc``
+    (:class:`HeadRankingLoss` named "rpn").
     """
 
     @configurable
-    def __init__(self, *, ranking_loss: DetectionRankingLoss, loc_error_kind: str, tau: float, **kwargs):
+    def __init__(self, *, ranking_loss: HeadRankingLoss, **kwargs):
         """
         Args:
-            ranking_loss: the RPN's aLRP (or AP) loss, its localisation weight and RPN_WEIGHT.
-            loc_error_kind: "giou" or "iou" (see :func:`alrp_d2.losses.loc_error`).
-            tau: positive-labelling IoU threshold that normalises E_loc.
+            ranking_loss: the RPN's aLRP (or AP) loss, with RPN_WEIGHT, RPN_DELTA and RPN_TAU.
             kwargs: :class:`detectron2.modeling.RPN` arguments (its sampling and loss ones unused).
         """
         super().__init__(**kwargs)
         self.ranking_loss = ranking_loss
-        self.loc_error_kind = loc_error_kind
-        self.tau = tau
 
     @classmethod
     def from_config(cls, cfg: CfgNode, input_shape: Dict[str, ShapeSpec]) -> Dict:
-        validate_alrp_config(cfg)
         alrp = cfg.MODEL.ALRP
         ret = super().from_config(cfg, input_shape)
         ret["anchor_matcher"] = MinIoULowQualityMatcher(
             cfg.MODEL.RPN.IOU_THRESHOLDS, cfg.MODEL.RPN.IOU_LABELS, min_iou=alrp.RPN_LOW_QUALITY_MIN_IOU
         )
-        ret["ranking_loss"] = build_ranking_loss(cfg, "rpn", alrp.RPN_DELTA, alrp.RPN_WEIGHT)
-        ret["loc_error_kind"] = alrp.LOC_ERROR
-        ret["tau"] = alrp.RPN_TAU
+        ret["ranking_loss"] = HeadRankingLoss.from_config(
+            cfg, "rpn", delta=alrp.RPN_DELTA, tau=alrp.RPN_TAU, loss_weight=alrp.RPN_WEIGHT
+        )
         return ret
 
     def _subsample_labels(self, label: Tensor) -> Tensor:
@@ -87,9 +83,13 @@ class AlrpRPN(RPN):
         gt_boxes: List[Tensor],
     ) -> Dict[str, Tensor]:
         """aLRP Loss of the batch over the anchors labelled 1 (positive) or 0 (negative)."""
-        labels = torch.stack(gt_labels)  # (N, R) in {-1, 0, 1}
-        loc_errors = dense_loc_errors(
-            self.box2box_transform, anchors, pred_anchor_deltas, gt_boxes, labels == 1, self.loc_error_kind, self.tau
+        return dense_ranking_losses(
+            self.ranking_loss,
+            self.box2box_transform,
+            PositiveTargets.of_objectness(torch.stack(gt_labels)),
+            anchors,
+            pred_objectness_logits,
+            pred_anchor_deltas,
+            gt_boxes,
+            num_positives_key="rpn/num_pos_anchors",
         )
-        get_event_storage().put_scalar("rpn/num_pos_anchors", len(loc_errors) / len(labels))
-        return self.ranking_loss(cat(pred_objectness_logits, dim=1).flatten(), labels.flatten(), loc_errors)

@@ -9,17 +9,10 @@ from typing import List, Tuple
 import torch
 from detectron2.structures import Boxes, pairwise_iou
 from torch import Tensor
-from torch.nn.utils.rnn import pad_sequence
 
-__all__ = ["AtssMatcher", "pad_per_image"]
+from .padding import pad_per_image
 
-
-def pad_per_image(values: List[Tensor], padding_value: float) -> Tensor:
-    """(N, G, ...) the per-image (G_n, ...) tensors padded to G = max(1, max G_n), so that index 0
-    is valid for every image."""
-    # A one-row dummy sequence keeps G >= 1 when no image has a row.
-    dummy = values[0].new_full((1, *values[0].shape[1:]), padding_value)
-    return pad_sequence([*values, dummy], batch_first=True, padding_value=padding_value)[:-1]
+__all__ = ["AtssMatcher"]
 
 
 class AtssMatcher:

@@ -1,10 +1,13 @@
-"""The backbone initialisation of the official aLRP models (paper Sec. 5, official configs): torchvision ImageNet
-ResNets whose BatchNorm statistics stay frozen while the BatchNorm affine parameters train (mmdetection's
+"""The backbones registered by the project.
+
+The official aLRP models (paper Sec. 5, official configs) start from torchvision ImageNet ResNets whose
+BatchNorm statistics stay frozen while the BatchNorm affine parameters train (mmdetection's
 ``norm_cfg=dict(type="BN", requires_grad=True), norm_eval=True``).
 
 detectron2 has no such norm: ``"BN"`` updates its statistics in training mode and ``"FrozenBN"`` freezes the
 affine parameters too. ``MODEL.RESNETS.NORM "FrozenStatsBN"`` selects :class:`FrozenStatsBatchNorm2d` in the
 ResNet built by the backbones registered here; any other norm builds detectron2's backbone unchanged.
+FCOS's backbone computes P6 and P7 from P5.
 """
 
 from __future__ import annotations
@@ -14,7 +17,12 @@ from typing import Callable
 from detectron2.config import CfgNode
 from detectron2.layers import ShapeSpec
 from detectron2.modeling import BACKBONE_REGISTRY, Backbone
-from detectron2.modeling.backbone.fpn import build_resnet_fpn_backbone, build_retinanet_resnet_fpn_backbone
+from detectron2.modeling.backbone import FPN, build_resnet_backbone
+from detectron2.modeling.backbone.fpn import (
+    LastLevelP6P7,
+    build_resnet_fpn_backbone,
+    build_retinanet_resnet_fpn_backbone,
+)
 from torch import Tensor, nn
 from torch.nn import functional as F
 
@@ -24,6 +32,7 @@ __all__ = [
     "FrozenStatsBatchNorm2d",
     "build_alrp_resnet_fpn_backbone",
     "build_alrp_retinanet_resnet_fpn_backbone",
+    "build_fcos_resnet_fpn_backbone",
     "build_with_frozen_stats_bn",
 ]
 
@@ -83,3 +92,18 @@ def build_alrp_retinanet_resnet_fpn_backbone(cfg: CfgNode, input_shape: ShapeSpe
     """detectron2's ``build_retinanet_resnet_fpn_backbone`` (P3-P7, P6 from C5) with MODEL.RESNETS.NORM
     "FrozenStatsBN" available."""
     return build_with_frozen_stats_bn(cfg, input_shape, build_retinanet_resnet_fpn_backbone)
+
+
+@BACKBONE_REGISTRY.register()
+def build_fcos_resnet_fpn_backbone(cfg: CfgNode, input_shape: ShapeSpec) -> FPN:
+    """ResNet-FPN P3-P7 with P6 and P7 computed from P5, as detectron2's FCOS config (Sec. 2.2 of
+    Tian et al., TPAMI 2022); RetinaNet's ``build_retinanet_resnet_fpn_backbone`` uses C5."""
+    out_channels = cfg.MODEL.FPN.OUT_CHANNELS
+    return FPN(
+        bottom_up=build_resnet_backbone(cfg, input_shape),
+        in_features=cfg.MODEL.FPN.IN_FEATURES,
+        out_channels=out_channels,
+        norm=cfg.MODEL.FPN.NORM,
+        top_block=LastLevelP6P7(out_channels, out_channels, in_feature="p5"),
+        fuse_type=cfg.MODEL.FPN.FUSE_TYPE,
+    )

@@ -1,26 +1,27 @@
-"""FoveaBox (Kong et al., IEEE TIP 2020) on detectron2's DenseDetector, as mmdetection 2.x's
-``FoveaHead`` that the official aLRP code builds on (paper Sec. 5.4, App. G)."""
+"""FoveaBox (Kong et al., IEEE TIP 2020) as a detectron2 RetinaNet with FoveaBox's locations, box
+coding and assignment, as mmdetection 2.x's ``FoveaHead`` that the official aLRP code builds on
+(paper Sec. 5.4, App. G)."""
 
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Dict, List, Sequence, Tuple
 
 import torch
-from detectron2.config import CfgNode, configurable
 from detectron2.layers import cat
-from detectron2.modeling import META_ARCH_REGISTRY, Backbone, build_backbone
+from detectron2.modeling import META_ARCH_REGISTRY
 from detectron2.modeling.anchor_generator import DefaultAnchorGenerator
 from detectron2.modeling.meta_arch.retinanet import RetinaNet, RetinaNetHead
-from detectron2.structures import Boxes, ImageList, Instances
+from detectron2.structures import Boxes, Instances
 from detectron2.utils.events import get_event_storage
 from fvcore.nn import sigmoid_focal_loss_jit, smooth_l1_loss
-from torch import Tensor, nn
-from torch.nn import functional as F
+from torch import Tensor
 
+from ..config import require_config
+from .dense_head import dense_head_inputs, label_anchors_batched
 from .official_inference import OfficialOrderInference
 
-__all__ = ["FoveaBox", "FoveaBoxTransform"]
+__all__ = ["FoveaBox", "FoveaBoxTransform", "FoveaMatcher"]
 
 # Largest predicted distance: exp(SCALE_CLAMP) base edges (detectron2's log(1000 / 16)).
 SCALE_CLAMP = math.log(1000.0 / 16)
@@ -62,126 +63,37 @@ class FoveaBoxTransform:
         )
 
 
-@META_ARCH_REGISTRY.register()
-class FoveaBox(OfficialOrderInference):
-    """FoveaBox: one location per cell of P3-P7, each level responsible for the objects whose
-    sqrt(area) is in its scale range; the positives of an object are the cells whose centres lie
-    in its fovea, the central ``sigma`` fraction of the box (Sec. 3.2-3.3 of the paper).
+class FoveaMatcher:
+    """FoveaBox's assignment (mmdet ``FoveaHead._get_target_single``) for a whole batch.
 
-    Trained with focal loss (gamma 1.5, alpha 0.4, normalised by positives + images) and
-    Smooth L1 (beta 0.11) on the encoded distances of the positives, as mmdetection's FoveaBox
-    config the aLRP paper compares with (Table 7 / App. G).
+    On each level, an object whose sqrt(w * h) is in the level's scale range (bounds included:
+    an object can belong to two levels, three on exact bounds) claims the cells
+    ``ceil(x1 / s + (1 - sigma) w / 2s - 1/2) <= column <= floor(x1 / s + (1 + sigma) w / 2s - 1/2)``,
+    both clamped to the map (and likewise for rows): the cells whose centres lie in its fovea,
+    the central ``sigma`` fraction of the box. A cell claimed by several objects belongs to the
+    smallest. FoveaBox ignores nothing.
     """
 
-    @configurable
-    def __init__(
-        self,
-        *,
-        backbone: Backbone,
-        head: nn.Module,
-        head_in_features: List[str],
-        num_classes: int,
-        base_edges: Sequence[float],
-        scale_ranges: Sequence[Tuple[float, float]],
-        sigma: float = 0.4,
-        focal_loss_alpha: float = 0.4,
-        focal_loss_gamma: float = 1.5,
-        smooth_l1_beta: float = 0.11,
-        test_score_thresh: float = 0.05,
-        test_topk_candidates: int = 1000,
-        test_nms_thresh: float = 0.5,
-        max_detections_per_image: int = 100,
-        pixel_mean: Sequence[float],
-        pixel_std: Sequence[float],
-    ):
-        """
-        Args:
-            head: a module mapping per-level features to ([N, K, H, W] logits, [N, 4, H, W] deltas).
-            base_edges: per level, the edge length that normalises the distances (16 ... 256).
-            scale_ranges: per level, the inclusive range of sqrt(w * h) of the objects it learns.
-            sigma: the fovea's side as a fraction of the box side (0.4).
-            Other arguments as :class:`detectron2.modeling.RetinaNet`.
-        """
-        super().__init__(backbone, head, head_in_features, pixel_mean=pixel_mean, pixel_std=pixel_std)
-        if not len(base_edges) == len(scale_ranges) == len(head_in_features):
-            raise ValueError(
-                f"FoveaBox needs one base edge and one scale range per input feature {list(head_in_features)}, "
-                f"got {len(base_edges)} base edges and {len(scale_ranges)} scale ranges"
-            )
-        if not 0.0 < sigma <= 1.0:
-            raise ValueError(f"FoveaBox sigma must be in (0, 1], got {sigma}")
-        shapes = backbone.output_shape()
-        self.strides = [shapes[f].stride for f in head_in_features]
-        self.num_classes = num_classes
-        self.base_edges = [float(e) for e in base_edges]
+    def __init__(self, strides: Sequence[int], scale_ranges: Sequence[Tuple[float, float]], sigma: float):
+        self.strides = list(strides)
         self.scale_ranges = [(float(low), float(high)) for low, high in scale_ranges]
         self.sigma = sigma
-        # One square "anchor" of side base edge per cell, centred on the cell centre.
-        self.anchor_generator = DefaultAnchorGenerator(
-            sizes=[[e] for e in self.base_edges], aspect_ratios=[1.0], strides=self.strides, offset=0.5
-        )
-        self.box2box_transform = FoveaBoxTransform()
-        self.focal_loss_alpha = focal_loss_alpha
-        self.focal_loss_gamma = focal_loss_gamma
-        self.smooth_l1_beta = smooth_l1_beta
-        self.test_score_thresh = test_score_thresh
-        self.test_topk_candidates = test_topk_candidates
-        self.test_nms_thresh = test_nms_thresh
-        self.max_detections_per_image = max_detections_per_image
-
-    @classmethod
-    def from_config(cls, cfg) -> Dict:
-        fovea = cfg.MODEL.FOVEABOX
-        backbone, head_args = dense_head_inputs(cfg, fovea)
-        return {
-            "backbone": backbone,
-            "head": RetinaNetHead(num_anchors=1, **head_args),
-            "head_in_features": fovea.IN_FEATURES,
-            "num_classes": fovea.NUM_CLASSES,
-            "base_edges": fovea.BASE_EDGES,
-            "scale_ranges": fovea.SCALE_RANGES,
-            "sigma": fovea.SIGMA,
-            "focal_loss_alpha": fovea.FOCAL_LOSS_ALPHA,
-            "focal_loss_gamma": fovea.FOCAL_LOSS_GAMMA,
-            "smooth_l1_beta": fovea.SMOOTH_L1_BETA,
-            "test_score_thresh": fovea.SCORE_THRESH_TEST,
-            "test_topk_candidates": fovea.TOPK_CANDIDATES_TEST,
-            "test_nms_thresh": fovea.NMS_THRESH_TEST,
-            "max_detections_per_image": cfg.TEST.DETECTIONS_PER_IMAGE,
-            "pixel_mean": cfg.MODEL.PIXEL_MEAN,
-            "pixel_std": cfg.MODEL.PIXEL_STD,
-        }
-
-    def forward_training(self, images: ImageList, features: List[Tensor], predictions, gt_instances):
-        pred_logits, pred_deltas = self._transpose_dense_predictions(predictions, [self.num_classes, 4])
-        anchors = self.anchor_generator(features)
-        gt_labels, gt_boxes = self.label_anchors(anchors, gt_instances)
-        return self.losses(anchors, pred_logits, gt_labels, pred_deltas, gt_boxes)
 
     @torch.no_grad()
-    def label_anchors(self, anchors: List[Boxes], gt_instances: List[Instances]) -> Tuple[Tensor, Tensor]:
-        """FoveaBox's assignment (mmdet ``FoveaHead._get_target_single``), for the whole batch.
-
-        On each level, an object whose sqrt(w * h) is in the level's scale range (bounds
-        included: an object can belong to two levels, three on exact bounds) claims the cells ``ceil(x1 / s + (1 -
-        sigma) w / 2s - 1/2) <= column <= floor(x1 / s + (1 + sigma) w / 2s - 1/2)``, both
-        clamped to the map (and likewise for rows); a cell claimed by several objects belongs to
-        the smallest.
-
-        Returns:
-            (N, R) labels: class in [0, K) for positives, K for background (FoveaBox ignores nothing);
-            (N, R, 4) the box each location is assigned (zeros for background).
-        """
-        boxes, classes, valid = _padded_targets(gt_instances, anchors[0].tensor.device, self.num_classes)
-        widths, heights = boxes[..., 2] - boxes[..., 0], boxes[..., 3] - boxes[..., 1]
-        areas = widths * heights  # (N, M)
+    def match_batch(self, gt_boxes: Tensor, num_gt: List[int], anchors: List[Boxes]) -> Tuple[Tensor, Tensor]:
+        """See :class:`alrp_d2.modeling.dense_head.BatchMatcher`; ``anchors`` are the cells of
+        each level (squares centred on the cell centres)."""
+        max_gt = gt_boxes.shape[1]
+        valid = torch.arange(max_gt, device=gt_boxes.device) < torch.as_tensor(num_gt, device=gt_boxes.device)[:, None]
+        widths, heights = gt_boxes[..., 2] - gt_boxes[..., 0], gt_boxes[..., 3] - gt_boxes[..., 1]
+        areas = widths * heights  # (N, G)
         scales = areas.sqrt()
-        labels, matched = [], []
+        owners, positives = [], []
         for anchors_l, stride, (low, high) in zip(anchors, self.strides, self.scale_ranges):
             centres = anchors_l.get_centers()  # (R_l, 2), (column + 1/2) * stride, row-major
             columns, rows = (centres / stride).floor().unbind(dim=1)
             last_column, last_row = columns.max(), rows.max()
-            scaled = boxes / stride
+            scaled = gt_boxes / stride
             half_w = 0.5 * widths / stride
             half_h = 0.5 * heights / stride
             left = torch.ceil(scaled[..., 0] + (1 - self.sigma) * half_w - 0.5).clamp(min=0).minimum(last_column)
@@ -195,76 +107,101 @@ class FoveaBox(OfficialOrderInference):
                 & (columns <= right[..., None])
                 & (rows >= top[..., None])
                 & (rows <= bottom[..., None])
-            )  # (N, M, R_l)
+            )  # (N, G, R_l)
             claim_area = torch.where(claims, areas[..., None], torch.full_like(areas[..., None], float("inf")))
             smallest, owner = claim_area.min(dim=1)  # (N, R_l)
             positive = torch.isfinite(smallest)
-            labels.append(torch.where(positive, classes.gather(1, owner), torch.full_like(owner, self.num_classes)))
-            owner_boxes = boxes.gather(1, owner[..., None].expand(-1, -1, 4))
-            matched.append(owner_boxes * positive[..., None])
-        return cat(labels, dim=1), cat(matched, dim=1)
+            owners.append(torch.where(positive, owner, 0))
+            positives.append(positive.to(torch.int8))
+        return cat(owners, dim=1), cat(positives, dim=1)
+
+
+@META_ARCH_REGISTRY.register()
+class FoveaBox(OfficialOrderInference, RetinaNet):
+    """FoveaBox: detectron2's RetinaNet with one location per cell of P3-P7 (a square "anchor"
+    of the level's base edge centred on the cell, :class:`FoveaBoxTransform`'s box coding) and
+    :class:`FoveaMatcher`'s assignment: each level is responsible for the objects whose
+    sqrt(w * h) is in its scale range, and an object's positives are the cells in its fovea
+    (Sec. 3.2-3.3 of the paper).
+
+    Trained with focal loss (gamma 1.5, alpha 0.4, normalised by positives + images) and
+    Smooth L1 (beta 0.11) on the encoded distances of the positives, as mmdetection's FoveaBox
+    config the aLRP paper compares with (Table 7 / App. G). Inference is RetinaNet's with the
+    per-level selection of the official FoveaHead (:class:`OfficialOrderInference`).
+    """
+
+    official_inference = True
+
+    @classmethod
+    def from_config(cls, cfg) -> Dict:
+        fovea = cfg.MODEL.FOVEABOX
+        backbone, head_args = dense_head_inputs(cfg, fovea)
+        strides = [backbone.output_shape()[f].stride for f in fovea.IN_FEATURES]
+        for key in ("BASE_EDGES", "SCALE_RANGES"):
+            require_config(
+                len(fovea[key]) == len(fovea.IN_FEATURES),
+                f"MODEL.FOVEABOX.{key}",
+                fovea[key],
+                f"must have one entry per input feature {list(fovea.IN_FEATURES)}",
+            )
+        require_config(0.0 < fovea.SIGMA <= 1.0, "MODEL.FOVEABOX.SIGMA", fovea.SIGMA, "must be in (0, 1]")
+        return {
+            "backbone": backbone,
+            "head": RetinaNetHead(num_anchors=1, **head_args),
+            "head_in_features": fovea.IN_FEATURES,
+            "anchor_generator": DefaultAnchorGenerator(
+                sizes=[[float(e)] for e in fovea.BASE_EDGES], aspect_ratios=[1.0], strides=strides, offset=0.5
+            ),
+            "box2box_transform": FoveaBoxTransform(),
+            "anchor_matcher": FoveaMatcher(strides, fovea.SCALE_RANGES, fovea.SIGMA),
+            "num_classes": fovea.NUM_CLASSES,
+            "focal_loss_alpha": fovea.FOCAL_LOSS_ALPHA,
+            "focal_loss_gamma": fovea.FOCAL_LOSS_GAMMA,
+            "smooth_l1_beta": fovea.SMOOTH_L1_BETA,
+            "test_score_thresh": fovea.SCORE_THRESH_TEST,
+            "test_topk_candidates": fovea.TOPK_CANDIDATES_TEST,
+            "test_nms_thresh": fovea.NMS_THRESH_TEST,
+            "max_detections_per_image": cfg.TEST.DETECTIONS_PER_IMAGE,
+            "pixel_mean": cfg.MODEL.PIXEL_MEAN,
+            "pixel_std": cfg.MODEL.PIXEL_STD,
+            "input_format": cfg.INPUT.FORMAT,
+        }
+
+    @torch.no_grad()
+    def label_anchors(self, anchors: List[Boxes], gt_instances: List[Instances]) -> Tuple[List[Tensor], List[Tensor]]:
+        """Per image, (R,) labels (class of the positives, K for background) and (R, 4) the box
+        each location is assigned (:class:`FoveaMatcher`)."""
+        return label_anchors_batched(self.anchor_matcher, anchors, gt_instances, self.num_classes)
 
     def losses(
         self,
         anchors: List[Boxes],
         pred_logits: List[Tensor],
-        gt_labels: Tensor,
-        pred_deltas: List[Tensor],
-        gt_boxes: Tensor,
+        gt_labels: List[Tensor],
+        pred_anchor_deltas: List[Tensor],
+        gt_boxes: List[Tensor],
     ) -> Dict[str, Tensor]:
         """Focal loss over all (location, class) pairs / (positives + images), and Smooth L1
         summed over the four encoded distances of each positive / positives (mmdet ``FoveaHead.loss``)."""
-        num_images = len(gt_labels)
-        positive = gt_labels != self.num_classes
-        num_positives = positive.sum()
-        get_event_storage().put_scalar("num_pos_anchors", num_positives.item() / num_images)
-        targets = F.one_hot(gt_labels, self.num_classes + 1)[..., :-1].to(pred_logits[0].dtype)
+        labels = torch.stack(gt_labels)  # (N, R)
+        image_index, location_index = torch.nonzero(labels != self.num_classes, as_tuple=True)
+        num_positives = len(image_index)
+        get_event_storage().put_scalar("num_pos_anchors", num_positives / len(labels))
+        classes = torch.arange(self.num_classes, device=labels.device)
+        targets = (labels[..., None] == classes).to(pred_logits[0].dtype)  # background rows are all zero
         loss_cls = sigmoid_focal_loss_jit(
             cat(pred_logits, dim=1), targets, alpha=self.focal_loss_alpha, gamma=self.focal_loss_gamma, reduction="sum"
         )
-        image_index, location_index = positive.nonzero(as_tuple=True)
         target_deltas = self.box2box_transform.get_deltas(
-            Boxes.cat(anchors).tensor[location_index], gt_boxes[image_index, location_index]
+            Boxes.cat(anchors).tensor[location_index], torch.stack(gt_boxes)[image_index, location_index]
         )
         loss_box = smooth_l1_loss(
-            cat(pred_deltas, dim=1)[image_index, location_index], target_deltas, self.smooth_l1_beta, reduction="sum"
+            cat(pred_anchor_deltas, dim=1)[image_index, location_index],
+            target_deltas,
+            self.smooth_l1_beta,
+            reduction="sum",
         )
         return {
-            "loss_cls": loss_cls / (num_positives + num_images),
-            "loss_box_reg": loss_box / num_positives.clamp(min=1),
+            "loss_cls": loss_cls / (num_positives + len(labels)),
+            "loss_box_reg": loss_box / max(num_positives, 1),
         }
-
-    # Inference as detectron2's RetinaNet (sigmoid scores, per-image NMS over all levels), with the
-    # per-level selection of the official FoveaHead (OfficialOrderInference).
-    forward_inference = RetinaNet.forward_inference
-    inference_single_image = RetinaNet.inference_single_image
-
-
-def dense_head_inputs(cfg: CfgNode, head_cfg: CfgNode) -> Tuple[Backbone, Dict[str, Any]]:
-    """The backbone of ``cfg`` and the arguments of a RetinaNet-style head (one anchor per
-    location) on its ``head_cfg.IN_FEATURES`` levels (``head_cfg``: MODEL.FOVEABOX or MODEL.FCOS)."""
-    backbone = build_backbone(cfg)
-    shapes = backbone.output_shape()
-    feature_shapes = [shapes[f] for f in head_cfg.IN_FEATURES]
-    head_args = dict(
-        input_shape=feature_shapes,
-        num_classes=head_cfg.NUM_CLASSES,
-        conv_dims=[feature_shapes[0].channels] * head_cfg.NUM_CONVS,
-        norm=head_cfg.NORM,
-        prior_prob=head_cfg.PRIOR_PROB,
-    )
-    return backbone, head_args
-
-
-def _padded_targets(gt_instances: List[Instances], device: torch.device, num_classes: int):
-    """(N, M, 4) boxes, (N, M) classes (``num_classes`` for padding) and (N, M) validity of
-    the batch's objects, M = max(1, objects per image)."""
-    counts = [len(x) for x in gt_instances]
-    size = max(1, *counts)
-    boxes = torch.zeros(len(gt_instances), size, 4, device=device)
-    classes = torch.full((len(gt_instances), size), num_classes, dtype=torch.int64, device=device)
-    valid = torch.arange(size, device=device)[None] < torch.tensor(counts, device=device)[:, None]
-    if any(counts):
-        boxes[valid] = cat([x.gt_boxes.tensor.to(device) for x in gt_instances])
-        classes[valid] = cat([x.gt_classes.to(device) for x in gt_instances])
-    return boxes, classes, valid

@@ -8,13 +8,13 @@ from detectron2.modeling.matcher import Matcher
 from detectron2.structures import Boxes, pairwise_iou
 from detectron2.utils.events import EventStorage
 
-from alrp_d2.engine.self_balance import find_localisation_weights
-from alrp_d2.modeling import AlrpFastRCNNOutputLayers, AlrpROIHeads, AlrpRPN, DetectionRankingLoss
+from alrp_d2.engine import find_ranking_losses
+from alrp_d2.modeling import AlrpFastRCNNOutputLayers, AlrpROIHeads, AlrpRPN, HeadRankingLoss
 
-from .tiny_configs import load_config, tiny_batch, tiny_faster_rcnn_cfg
+from .tiny_configs import load_config, ranking_statistics, tiny_batch, tiny_faster_rcnn_cfg
 
 NUM_CLASSES = 3
-LOSS_NAMES = {"loss_rpn_alrp_cls", "loss_rpn_alrp_loc", "loss_box_alrp_cls", "loss_box_alrp_loc"}
+LOSS_NAMES = {"loss_rpn_cls", "loss_rpn_loc", "loss_box_cls", "loss_box_loc"}
 
 
 def training_model(**alrp):
@@ -25,9 +25,9 @@ def training_model(**alrp):
 
 
 def train_losses(model, data=None):
-    with EventStorage() as storage:
+    with EventStorage():
         losses = model(data or tiny_batch())
-    return losses, {name: value for name, (value, _) in storage.latest().items()}
+    return losses, ranking_statistics(model)
 
 
 @pytest.mark.parametrize("cls_loss,loc_error", [("alrp", "giou"), ("alrp", "iou"), ("ap", "giou")])
@@ -36,7 +36,7 @@ def test_training_step(cls_loss, loc_error):
     assert isinstance(model.proposal_generator, AlrpRPN) and isinstance(model.roi_heads, AlrpROIHeads)
     losses, _ = train_losses(model)
     sum(losses.values()).backward()
-    assert set(losses) == {name.replace("alrp", cls_loss) for name in LOSS_NAMES}
+    assert set(losses) == LOSS_NAMES
     assert all(torch.isfinite(v) and v > 0 for v in losses.values())
     rpn_head, predictor = model.proposal_generator.rpn_head, model.roi_heads.box_predictor
     for layer in (rpn_head.objectness_logits, rpn_head.anchor_deltas, predictor.cls_score, predictor.bbox_pred):
@@ -52,15 +52,18 @@ def test_box_predictor_has_one_sigmoid_logit_per_class_and_class_specific_boxes(
 
 @pytest.fixture
 def ranking_inputs(monkeypatch):
-    """Records the (logits, labels, loc_errors) that each head hands to its ranking loss."""
+    """Records the (logits, ranking labels, loc_errors) that each head hands to its ranking loss,
+    the labels rebuilt as 1 positive / 0 negative / -1 ignored per (row, class) pair."""
     calls = {}
-    original = DetectionRankingLoss.__call__
+    original = HeadRankingLoss.forward
 
-    def spy(self, logits, labels, loc_errors):
-        calls[self.name] = (logits.detach(), labels, loc_errors.detach())
-        return original(self, logits, labels, loc_errors)
+    def spy(self, logits, targets, loc_errors):
+        labels = torch.where(targets.valid, 0, -1).expand_as(logits).clone()
+        labels.view(-1)[targets.flat_index(logits.shape[-1])] = 1
+        calls[self.name] = (logits.detach(), labels.flatten(), loc_errors.detach())
+        return original(self, logits, targets, loc_errors)
 
-    monkeypatch.setattr(DetectionRankingLoss, "__call__", spy)
+    monkeypatch.setattr(HeadRankingLoss, "forward", spy)
     return calls
 
 
@@ -79,7 +82,7 @@ def test_rpn_ranks_every_labelled_anchor_of_every_image(ranking_inputs):
     matcher = Matcher([0.3, 0.7], [0, -1, 1], allow_low_quality_matches=True)
     anchor_labels = torch.stack([matcher(pairwise_iou(x["instances"].gt_boxes, anchors))[1] for x in data])
 
-    logits, labels, loc_errors = ranking_inputs["rpn_alrp"]
+    logits, labels, loc_errors = ranking_inputs["rpn"]
     assert logits.numel() == len(data) * len(anchors)
     assert torch.equal(labels, anchor_labels.flatten().to(labels.dtype))
     assert (labels >= 0).sum() > 2 * 8 and (labels == 0).sum() > 0
@@ -106,7 +109,7 @@ def test_box_head_ranks_all_proposals_and_gt_boxes_times_classes(ranking_inputs)
         for b, x in zip(boxes, data)
         if len(x["instances"])
     )
-    logits, labels, loc_errors = ranking_inputs["box_alrp"]
+    logits, labels, loc_errors = ranking_inputs["box"]
     num_boxes = sum(len(b) for b in boxes)
     assert num_boxes > len(data) * 8
     assert logits.numel() == labels.numel() == num_boxes * NUM_CLASSES
@@ -121,10 +124,10 @@ def test_box_head_ranks_all_proposals_and_gt_boxes_times_classes(ranking_inputs)
 def test_rpn_weight_multiplies_both_rpn_components_only(alrp, rpn_weight, loc_weight):
     losses, logged = train_losses(training_model(**alrp))
     expected = {
-        "loss_rpn_alrp_cls": rpn_weight * logged["sb/rpn_alrp/cls"],
-        "loss_rpn_alrp_loc": rpn_weight * loc_weight * logged["sb/rpn_alrp/loc"],
-        "loss_box_alrp_cls": logged["sb/box_alrp/cls"],
-        "loss_box_alrp_loc": loc_weight * logged["sb/box_alrp/loc"],
+        "loss_rpn_cls": rpn_weight * logged["rpn"]["cls"],
+        "loss_rpn_loc": rpn_weight * loc_weight * logged["rpn"]["loc"],
+        "loss_box_cls": logged["box"]["cls"],
+        "loss_box_loc": loc_weight * logged["box"]["loc"],
     }
     for name, value in expected.items():
         assert losses[name].item() == pytest.approx(value, rel=1e-5), name
@@ -132,22 +135,22 @@ def test_rpn_weight_multiplies_both_rpn_components_only(alrp, rpn_weight, loc_we
 
 def test_rpn_and_box_head_have_independent_self_balance_weights():
     model = training_model()
-    weights = find_localisation_weights(model)
-    assert set(weights) == {"rpn_alrp", "box_alrp"}
-    assert weights["rpn_alrp"] is not weights["box_alrp"]
-    assert all(w.self_balanced and w.value == 50.0 for w in weights.values())
+    losses = find_ranking_losses(model)
+    assert set(losses) == {"rpn", "box"}
+    assert losses["rpn"] is not losses["box"]
+    assert all(loss.self_balanced and loss.loc_weight.item() == 50.0 for loss in losses.values())
 
     before, _ = train_losses(model)
-    weights["rpn_alrp"].value = 10.0
+    losses["rpn"].set_loc_weight(10.0)
     after_rpn, _ = train_losses(model)
-    weights["box_alrp"].value = 2.0
+    losses["box"].set_loc_weight(2.0)
     after_box, _ = train_losses(model)
 
-    assert after_rpn["loss_rpn_alrp_loc"].item() == pytest.approx(before["loss_rpn_alrp_loc"].item() / 5, rel=1e-5)
-    assert after_box["loss_box_alrp_loc"].item() == pytest.approx(before["loss_box_alrp_loc"].item() / 25, rel=1e-5)
-    for name in LOSS_NAMES - {"loss_rpn_alrp_loc"}:
+    assert after_rpn["loss_rpn_loc"].item() == pytest.approx(before["loss_rpn_loc"].item() / 5, rel=1e-5)
+    assert after_box["loss_box_loc"].item() == pytest.approx(before["loss_box_loc"].item() / 25, rel=1e-5)
+    for name in LOSS_NAMES - {"loss_rpn_loc"}:
         assert after_rpn[name].item() == pytest.approx(before[name].item(), rel=1e-5), name
-    for name in LOSS_NAMES - {"loss_box_alrp_loc"}:
+    for name in LOSS_NAMES - {"loss_box_loc"}:
         assert after_box[name].item() == pytest.approx(after_rpn[name].item(), rel=1e-5), name
 
 
@@ -158,6 +161,18 @@ def test_batch_without_positives_gives_finite_zero_losses():
     total.backward()
     assert set(losses) == LOSS_NAMES
     assert total.item() == 0 and all(torch.isfinite(v) for v in losses.values())
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+def test_batch_without_proposals_gives_finite_zero_box_losses():
+    cfg = tiny_faster_rcnn_cfg()
+    cfg.MODEL.RPN.POST_NMS_TOPK_TRAIN = 0  # the RPN keeps no proposal
+    torch.manual_seed(0)
+    model = build_model(cfg).train()
+    losses, logged = train_losses(model)
+    sum(losses.values()).backward()
+    assert losses["loss_box_cls"].item() == losses["loss_box_loc"].item() == 0
+    assert losses["loss_rpn_cls"].item() > 0 and logged["box"] == {"cls": 0.0, "loc": 0.0, "ratio": None}
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
 
 
@@ -201,6 +216,6 @@ def test_coco_config_builds_the_paper_model():
     assert isinstance(model.proposal_generator, AlrpRPN) and isinstance(model.roi_heads, AlrpROIHeads)
     assert model.roi_heads.box_predictor.cls_score.out_features == 80
     assert model.proposal_generator.ranking_loss.loss_weight == 0.2
-    assert model.proposal_generator.tau == 0.7 and model.roi_heads.box_predictor.tau == 0.5
+    assert model.proposal_generator.ranking_loss.tau == 0.7 and model.roi_heads.box_predictor.ranking_loss.tau == 0.5
     epoch = cfg.MODEL.ALRP.SB_PERIOD
     assert (cfg.SOLVER.MAX_ITER, *cfg.SOLVER.STEPS) == (100 * epoch, 75 * epoch, 95 * epoch)

@@ -7,10 +7,10 @@ from detectron2.modeling import build_model
 from detectron2.modeling.meta_arch.fcos import FCOS, FCOSHead
 from detectron2.utils.events import EventStorage
 
-from alrp_d2.engine.self_balance import find_localisation_weights
+from alrp_d2.engine import find_ranking_losses
 from alrp_d2.modeling import AlrpFCOS, ConfigurableFCOS
 
-from .tiny_configs import load_config, make_tiny, tiny_batch
+from .tiny_configs import load_config, make_tiny, ranking_statistics, tiny_batch
 
 NUM_CLASSES = 3
 
@@ -33,19 +33,19 @@ def test_training_step(centerness, with_objects):
     model = build_model(tiny_fcos_cfg(centerness=centerness)).train()
     assert isinstance(model, AlrpFCOS) and isinstance(model, FCOS)
     assert isinstance(model.head, FCOSHead) == (centerness == "bce")
-    with EventStorage() as storage:
+    with EventStorage():
         losses = model(tiny_batch(with_objects))
         sum(losses.values()).backward()
-    names = {"loss_fcos_alrp_cls", "loss_fcos_alrp_loc"} | ({"loss_fcos_ctr"} if centerness == "bce" else set())
+    names = {"loss_fcos_cls", "loss_fcos_loc"} | ({"loss_fcos_ctr"} if centerness == "bce" else set())
     assert set(losses) == names
     assert all(torch.isfinite(v) for v in losses.values())
     head = model.head
     if with_objects:
         assert all(v > 0 for v in losses.values())
         # Random init: nearly every negative outranks the positives; L_loc carries the initial SB weight 50.
-        assert 0.9 < losses["loss_fcos_alrp_cls"].item() <= 1.0
-        latest = storage.latest()
-        assert losses["loss_fcos_alrp_loc"].item() == pytest.approx(50 * latest["sb/fcos_alrp/loc"][0], rel=1e-5)
+        assert 0.9 < losses["loss_fcos_cls"].item() <= 1.0
+        logged = ranking_statistics(model)["fcos"]
+        assert losses["loss_fcos_loc"].item() == pytest.approx(50 * logged["loc"], rel=1e-5)
         grads = [head.cls_score.weight.grad, head.bbox_pred.weight.grad]
         grads += [head.ctrness.weight.grad] if centerness == "bce" else []
         assert all(g is not None and g.abs().sum() > 0 for g in grads)
@@ -95,10 +95,10 @@ def test_centerness_choice_is_validated():
 
 
 def test_self_balance_hook_sees_the_head():
-    weights = find_localisation_weights(build_model(tiny_fcos_cfg()))
-    assert list(weights) == ["fcos_alrp"] and weights["fcos_alrp"].self_balanced
-    weights = find_localisation_weights(build_model(tiny_fcos_cfg(CLS_LOSS="ap", SB_ENABLED=False)))
-    assert list(weights) == ["fcos_ap"] and not weights["fcos_ap"].self_balanced
+    losses = find_ranking_losses(build_model(tiny_fcos_cfg()))
+    assert list(losses) == ["fcos"] and losses["fcos"].self_balanced
+    losses = find_ranking_losses(build_model(tiny_fcos_cfg(CLS_LOSS="ap", SB_ENABLED=False)))
+    assert list(losses) == ["fcos"] and not losses["fcos"].self_balanced and losses["fcos"].cls_loss == "ap"
 
 
 @pytest.mark.parametrize("config", ["alrp_fcos_R50_500.yaml", "quickstart/alrp_fcos_shapes.yaml"])

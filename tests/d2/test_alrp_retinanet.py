@@ -8,7 +8,7 @@ from detectron2.engine import SimpleTrainer
 from detectron2.modeling import build_model
 from detectron2.utils.events import EventStorage
 
-from .tiny_configs import tiny_batch, tiny_retinanet_cfg
+from .tiny_configs import ranking_statistics, tiny_batch, tiny_retinanet_cfg
 
 
 @pytest.mark.parametrize(
@@ -18,17 +18,17 @@ def test_training_step(matcher, loc_error, cls_loss):
     torch.manual_seed(0)
     model = build_model(tiny_retinanet_cfg(MATCHER=matcher, LOC_ERROR=loc_error, CLS_LOSS=cls_loss))
     model.train()
-    with EventStorage() as storage:
+    with EventStorage():
         losses = model(tiny_batch())
         sum(losses.values()).backward()
-    assert set(losses) == {f"loss_{cls_loss}_cls", f"loss_{cls_loss}_loc"}
+    assert set(losses) == {"loss_retinanet_cls", "loss_retinanet_loc"}
     assert all(torch.isfinite(v) and v > 0 for v in losses.values())
     # At random init nearly every negative outranks the positives: L_cls is close to 1.
-    assert 0.9 < losses[f"loss_{cls_loss}_cls"].item() <= 1.0
+    assert 0.9 < losses["loss_retinanet_cls"].item() <= 1.0
     # The localisation part is reported with the initial self-balance weight of 50.
-    latest = storage.latest()
-    assert losses[f"loss_{cls_loss}_loc"].item() == pytest.approx(50 * latest[f"sb/{cls_loss}/loc"][0], rel=1e-5)
-    assert latest[f"{cls_loss}/grad_ratio"][0] == pytest.approx(1.0, rel=1e-4)
+    logged = ranking_statistics(model)["retinanet"]
+    assert losses["loss_retinanet_loc"].item() == pytest.approx(50 * logged["loc"], rel=1e-5)
+    assert logged["ratio"] == pytest.approx(1.0, rel=1e-4)
     head = model.head
     assert head.cls_score.weight.grad.abs().sum() > 0 and head.bbox_pred.weight.grad.abs().sum() > 0
 
@@ -36,9 +36,9 @@ def test_training_step(matcher, loc_error, cls_loss):
 def test_constant_localisation_weight_without_self_balance():
     model = build_model(tiny_retinanet_cfg(SB_ENABLED=False, LOC_WEIGHT=5.0))
     model.train()
-    with EventStorage() as storage:
+    with EventStorage():
         losses = model(tiny_batch())
-    assert losses["loss_alrp_loc"].item() == pytest.approx(5.0 * storage.latest()["sb/alrp/loc"][0], rel=1e-5)
+    assert losses["loss_retinanet_loc"].item() == pytest.approx(5.0 * ranking_statistics(model)["retinanet"]["loc"])
 
 
 @pytest.mark.parametrize("matcher", ["iou", "atss"])

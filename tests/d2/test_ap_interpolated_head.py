@@ -6,28 +6,36 @@ from detectron2.modeling import build_model
 from detectron2.utils.events import EventStorage
 
 from alrp_d2.config import setup_cfg
-from alrp_d2.engine.self_balance import LocalisationWeight
 from alrp_d2.losses import ap_loss
-from alrp_d2.modeling import DetectionRankingLoss
+from alrp_d2.modeling import HeadRankingLoss, PositiveTargets
 
 from ..test_ranking_losses import random_case
-from .tiny_configs import CONFIG_DIR, tiny_batch, tiny_retinanet_cfg
+from .tiny_configs import CONFIG_DIR, ranking_statistics, tiny_batch, tiny_retinanet_cfg
 
 
-def head_loss(cls_loss: str) -> DetectionRankingLoss:
-    return DetectionRankingLoss(
-        name=cls_loss, cls_loss=cls_loss, delta=1.0, loc_weight=LocalisationWeight(cls_loss, 1.0, self_balanced=False)
+def head_loss(cls_loss: str, delta: float = 1.0) -> HeadRankingLoss:
+    return HeadRankingLoss(
+        "head",
+        cls_loss=cls_loss,
+        delta=delta,
+        loc_error_kind="giou",
+        tau=0.5,
+        loc_weight=1.0,
+        self_balanced=False,
     )
+
+
+def targets_of(labels: torch.Tensor) -> PositiveTargets:
+    """(M, 1) logits: one class per row."""
+    return PositiveTargets.of_objectness(labels)
 
 
 @pytest.mark.parametrize("seed", range(4))
 def test_head_loss_is_the_official_ap_loss(seed):
     logits, labels, _, delta = random_case(seed, torch.float32, "cpu")
-    loss = head_loss("ap_interpolated")
-    loss.delta = delta
+    loss = head_loss("ap_interpolated", delta)
     leaf = logits.clone().requires_grad_(True)
-    with EventStorage():
-        value = loss(leaf, labels, torch.rand(int((labels == 1).sum())))["loss_ap_interpolated_cls"]
+    value = loss(leaf[:, None], targets_of(labels), torch.rand(int((labels == 1).sum())))["loss_head_cls"]
     (grad,) = torch.autograd.grad(value, [leaf])
     reference = logits.clone().requires_grad_(True)
     expected = ap_loss(reference, labels, delta=delta, eps=None, interpolated=True)
@@ -43,8 +51,7 @@ def test_head_loss_has_no_false_positive_gate():
     grads = {}
     for cls_loss in ("ap_interpolated", "ap"):
         leaf = logits.clone().requires_grad_(True)
-        with EventStorage():
-            value = head_loss(cls_loss)(leaf, labels, torch.rand(1))[f"loss_{cls_loss}_cls"]
+        value = head_loss(cls_loss)(leaf[:, None], targets_of(labels), torch.rand(1))["loss_head_cls"]
         (grads[cls_loss],) = torch.autograd.grad(value, [leaf])
     assert grads["ap_interpolated"][0] < 0 < grads["ap_interpolated"][1]
     assert torch.all(grads["ap"] == 0)
@@ -53,12 +60,12 @@ def test_head_loss_has_no_false_positive_gate():
 def test_retinanet_training_step():
     torch.manual_seed(0)
     model = build_model(tiny_retinanet_cfg(CLS_LOSS="ap_interpolated", SB_ENABLED=False)).train()
-    with EventStorage() as storage:
+    with EventStorage():
         losses = model(tiny_batch())
         sum(losses.values()).backward()
-    assert set(losses) == {"loss_ap_interpolated_cls", "loss_ap_interpolated_loc"}
+    assert set(losses) == {"loss_retinanet_cls", "loss_retinanet_loc"}
     assert all(torch.isfinite(v) and v > 0 for v in losses.values())
-    assert storage.latest()["ap_interpolated/grad_ratio"][0] == pytest.approx(1.0, rel=1e-4)
+    assert ranking_statistics(model)["retinanet"]["ratio"] == pytest.approx(1.0, rel=1e-4)
     assert model.head.cls_score.weight.grad.abs().sum() > 0
 
 

@@ -10,11 +10,11 @@ from detectron2.structures import Boxes
 from detectron2.utils.events import EventStorage
 from fvcore.nn import smooth_l1_loss
 
-from alrp_d2.engine.self_balance import find_localisation_weights
+from alrp_d2.engine import find_ranking_losses
 from alrp_d2.modeling import AlrpFoveaBox, FoveaBox
 from alrp_d2.modeling.foveabox import FoveaBoxTransform
 
-from .tiny_configs import instances, load_config, make_tiny, tiny_batch
+from .tiny_configs import instances, load_config, make_tiny, ranking_statistics, tiny_batch
 
 NUM_CLASSES = 3
 CONFIGS = [
@@ -34,6 +34,15 @@ def tiny_foveabox_cfg(config: str = "foveabox_alrp_R50_500.yaml", **alrp):
     return cfg
 
 
+BASE_EDGES = [16, 32, 64, 128, 256]
+
+
+def label(model: FoveaBox, anchors, gt_instances):
+    """``model.label_anchors`` stacked over the images: (N, R) labels, (N, R, 4) boxes."""
+    labels, matched = model.label_anchors(anchors, gt_instances)
+    return torch.stack(labels), torch.stack(matched)
+
+
 @pytest.fixture(scope="module")
 def foveabox() -> FoveaBox:
     torch.manual_seed(0)
@@ -42,7 +51,7 @@ def foveabox() -> FoveaBox:
 
 def level_anchors(model: FoveaBox, size: int):
     """The anchors of a size x size input (P3-P7 of strides 8-128)."""
-    features = [torch.zeros(1, 1, math.ceil(size / s), math.ceil(size / s)) for s in model.strides]
+    features = [torch.zeros(1, 1, math.ceil(size / s), math.ceil(size / s)) for s in model.anchor_matcher.strides]
     return model.anchor_generator(features)
 
 
@@ -50,11 +59,11 @@ def positives_by_level(model: FoveaBox, size: int, boxes, classes=None):
     """{level: sorted (row, column) of the positives} for one image, and the labels and boxes."""
     anchors = level_anchors(model, size)
     classes = classes if classes is not None else [0] * len(boxes)
-    labels, matched = model.label_anchors(anchors, [instances(boxes, classes, (size, size))])
+    labels, matched = label(model, anchors, [instances(boxes, classes, (size, size))])
     result, start = {}, 0
-    for level, (anchors_l, stride) in enumerate(zip(anchors, model.strides)):
+    for level, (anchors_l, stride) in enumerate(zip(anchors, model.anchor_matcher.strides)):
         width = math.ceil(size / stride)
-        index = (labels[0, start : start + len(anchors_l)] != NUM_CLASSES).nonzero().flatten().tolist()
+        index = (labels[0][start : start + len(anchors_l)] != NUM_CLASSES).nonzero().flatten().tolist()
         if index:
             result[level] = sorted((i // width, i % width) for i in index)
         start += len(anchors_l)
@@ -67,7 +76,7 @@ def reference_assignment(model: FoveaBox, size: int, boxes, classes):
     classes = torch.tensor(classes)
     scales = ((boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])).sqrt()
     labels, targets = [], []
-    for stride, edge, (low, high) in zip(model.strides, model.base_edges, model.scale_ranges):
+    for stride, edge, (low, high) in zip(model.anchor_matcher.strides, BASE_EDGES, model.anchor_matcher.scale_ranges):
         h = w = math.ceil(size / stride)
         y, x = torch.meshgrid(torch.arange(h) + 0.5, torch.arange(w) + 0.5, indexing="ij")
         level_labels = torch.full((h, w), NUM_CLASSES)
@@ -77,10 +86,10 @@ def reference_assignment(model: FoveaBox, size: int, boxes, classes):
         for index in hit.tolist():
             x1, y1, x2, y2 = (boxes[index] / stride).tolist()
             half_w, half_h = 0.5 * (x2 - x1), 0.5 * (y2 - y1)
-            left = min(max(math.ceil(x1 + (1 - model.sigma) * half_w - 0.5), 0), w - 1)
-            right = min(max(math.floor(x1 + (1 + model.sigma) * half_w - 0.5), 0), w - 1)
-            top = min(max(math.ceil(y1 + (1 - model.sigma) * half_h - 0.5), 0), h - 1)
-            down = min(max(math.floor(y1 + (1 + model.sigma) * half_h - 0.5), 0), h - 1)
+            left = min(max(math.ceil(x1 + (1 - model.anchor_matcher.sigma) * half_w - 0.5), 0), w - 1)
+            right = min(max(math.floor(x1 + (1 + model.anchor_matcher.sigma) * half_w - 0.5), 0), w - 1)
+            top = min(max(math.ceil(y1 + (1 - model.anchor_matcher.sigma) * half_h - 0.5), 0), h - 1)
+            down = min(max(math.floor(y1 + (1 + model.anchor_matcher.sigma) * half_h - 0.5), 0), h - 1)
             gx1, gy1, gx2, gy2 = boxes[index].tolist()
             cells = (slice(top, down + 1), slice(left, right + 1))
             level_labels[cells] = int(classes[index])
@@ -99,7 +108,6 @@ def test_fovea_cells_and_levels(foveabox):
     assert result == {0: [(r, c) for r in (5, 6, 7) for c in (5, 6, 7)], 1: [(3, 3)]}
     assert set(labels.tolist()) == {2, NUM_CLASSES}
     assert torch.equal(matched[labels == 2], torch.tensor([[32.0, 32, 72, 72]]).expand(10, 4))
-    assert torch.equal(matched[labels == NUM_CLASSES], torch.zeros(int((labels == NUM_CLASSES).sum()), 4))
 
 
 @pytest.mark.parametrize(
@@ -179,10 +187,10 @@ def test_assignment_matches_mmdetection_loops(foveabox):
 def test_images_without_boxes(foveabox):
     anchors = level_anchors(foveabox, 128)
     empty = instances([], [], (128, 128))
-    labels, matched = foveabox.label_anchors(anchors, [empty, empty])
+    labels, matched = label(foveabox, anchors, [empty, empty])
     assert labels.shape == (2, sum(len(a) for a in anchors))
-    assert (labels == NUM_CLASSES).all() and (matched == 0).all()
-    labels, _ = foveabox.label_anchors(anchors, [instances([[32, 32, 72, 72]], [1], (128, 128)), empty])
+    assert (labels == NUM_CLASSES).all() and (matched == 0).all()  # no ground truth: zero boxes
+    labels, _ = label(foveabox, anchors, [instances([[32, 32, 72, 72]], [1], (128, 128)), empty])
     assert (labels[0] == 1).sum() == 10 and (labels[1] == NUM_CLASSES).all()
 
 
@@ -199,7 +207,7 @@ def test_decode_inverts_encode():
 def test_inference_decodes_what_assignment_encodes(foveabox):
     boxes, classes = [[10.0, 12.0, 50.0, 60.0], [60.0, 20.0, 120.0, 90.0]], [0, 2]
     anchors = level_anchors(foveabox, 128)
-    labels, matched = foveabox.label_anchors(anchors, [instances(boxes, classes, (128, 128))])
+    labels, matched = label(foveabox, anchors, [instances(boxes, classes, (128, 128))])
     positive = labels[0] != NUM_CLASSES
     scores = torch.zeros(len(positive), NUM_CLASSES)
     scores[positive, labels[0][positive]] = 0.9
@@ -216,9 +224,9 @@ def test_inference_decodes_what_assignment_encodes(foveabox):
     "config,alrp,names",
     [
         ("foveabox_focal_R50_500.yaml", {}, {"loss_cls", "loss_box_reg"}),
-        ("foveabox_alrp_R50_500.yaml", {}, {"loss_fovea_alrp_cls", "loss_fovea_alrp_loc"}),
-        ("foveabox_ap_R50_500.yaml", {}, {"loss_fovea_ap_interpolated_cls", "loss_fovea_ap_interpolated_loc"}),
-        ("foveabox_alrp_R50_500.yaml", {"CLS_LOSS": "ap"}, {"loss_fovea_ap_cls", "loss_fovea_ap_loc"}),
+        ("foveabox_alrp_R50_500.yaml", {}, {"loss_fovea_cls", "loss_fovea_loc"}),
+        ("foveabox_ap_R50_500.yaml", {}, {"loss_fovea_cls", "loss_fovea_loc"}),
+        ("foveabox_alrp_R50_500.yaml", {"CLS_LOSS": "ap"}, {"loss_fovea_cls", "loss_fovea_loc"}),
     ],
 )
 @pytest.mark.parametrize("with_objects", [True, False])
@@ -246,13 +254,12 @@ def test_alrp_loss_is_one_ranking_with_giou_errors():
     torch.manual_seed(0)
     model = build_model(tiny_foveabox_cfg()).train()
     assert isinstance(model, AlrpFoveaBox)
-    with EventStorage() as storage:
+    with EventStorage():
         losses = model(tiny_batch())
-    latest = storage.latest()
     # Random init: nearly every negative outranks the positives, L_cls close to 1; L_loc carries
     # the initial self-balance weight 50.
-    assert 0.9 < losses["loss_fovea_alrp_cls"].item() <= 1.0
-    assert losses["loss_fovea_alrp_loc"].item() == pytest.approx(50 * latest["sb/fovea_alrp/loc"][0], rel=1e-5)
+    assert 0.9 < losses["loss_fovea_cls"].item() <= 1.0
+    assert losses["loss_fovea_loc"].item() == pytest.approx(50 * ranking_statistics(model)["fovea"]["loc"], rel=1e-5)
 
 
 def test_ap_loss_row_uses_smooth_l1_mean_over_coordinates():
@@ -261,29 +268,31 @@ def test_ap_loss_row_uses_smooth_l1_mean_over_coordinates():
     torch.nn.init.zeros_(model.head.bbox_pred.weight)
     torch.nn.init.zeros_(model.head.bbox_pred.bias)
     batch = tiny_batch()
-    with EventStorage() as storage:
+    with EventStorage():
         model(batch)
+    logged = ranking_statistics(model)["fovea"]["loc"]
     features = model.backbone(model.preprocess_image(batch).tensor)
     anchors = model.anchor_generator([features[f] for f in model.head_in_features])
-    labels, boxes = model.label_anchors(anchors, [x["instances"] for x in batch])
+    labels, boxes = label(model, anchors, [x["instances"] for x in batch])
     positive = labels != NUM_CLASSES
     targets = model.box2box_transform.get_deltas(Boxes.cat(anchors).tensor[positive.nonzero()[:, 1]], boxes[positive])
     expected = smooth_l1_loss(torch.zeros_like(targets), targets, 0.11).mean()
-    assert storage.latest()["sb/fovea_ap_interpolated/loc"][0] == pytest.approx(expected.item(), rel=1e-5)
+    assert logged == pytest.approx(expected.item(), rel=1e-5)
 
 
 def test_self_balance_hook_sees_the_head():
-    weights = find_localisation_weights(build_model(tiny_foveabox_cfg()))
-    assert list(weights) == ["fovea_alrp"] and weights["fovea_alrp"].self_balanced
-    weights = find_localisation_weights(build_model(tiny_foveabox_cfg("foveabox_ap_R50_500.yaml")))
-    assert list(weights) == ["fovea_ap_interpolated"] and not weights["fovea_ap_interpolated"].self_balanced
-    assert find_localisation_weights(build_model(tiny_foveabox_cfg("foveabox_focal_R50_500.yaml"))) == {}
+    losses = find_ranking_losses(build_model(tiny_foveabox_cfg()))
+    assert list(losses) == ["fovea"] and losses["fovea"].self_balanced and losses["fovea"].cls_loss == "alrp"
+    losses = find_ranking_losses(build_model(tiny_foveabox_cfg("foveabox_ap_R50_500.yaml")))
+    assert list(losses) == ["fovea"] and not losses["fovea"].self_balanced
+    assert losses["fovea"].cls_loss == "ap_interpolated"
+    assert find_ranking_losses(build_model(tiny_foveabox_cfg("foveabox_focal_R50_500.yaml"))) == {}
 
 
 def test_invalid_settings_are_named():
     cfg = tiny_foveabox_cfg()
     cfg.MODEL.FOVEABOX.BASE_EDGES = [16, 32]
-    with pytest.raises(ValueError, match="base edge"):
+    with pytest.raises(ValueError, match="MODEL.FOVEABOX.BASE_EDGES"):
         build_model(cfg)
     cfg = tiny_foveabox_cfg(CLS_LOSS="ap")
     cfg.MODEL.FOVEABOX.AP_LOC_LOSS = "l2"

@@ -63,7 +63,7 @@ def training_step(model, batch: List[Dict]) -> Dict:
     return {
         "losses": {name: value.detach() for name, value in losses.items()},
         "grads": {name: p.grad.clone() for name, p in module.named_parameters() if p.requires_grad},
-        "self_balance": hook.state_dict()["heads"],
+        "self_balance": hook.state_dict()["sums"],
     }
 
 

@@ -116,7 +116,7 @@ def test_killed_and_resumed_run_logs_the_uninterrupted_run(num_gpus, dataset, tm
     # loses that one record (the resumed run starts at the next iteration).
     assert set(expected) - set(got) <= {CHECKPOINT_PERIOD - 1}
     assert min(got) == 0 and max(got) == MAX_ITER - 1
-    weights = {record["sb/alrp/weight"] for record in expected.values()}
+    weights = {record["sb/retinanet/weight"] for record in expected.values()}
     assert len(weights) > 2  # the self-balance weight changed several times
     for iteration in sorted(got):
         assert got[iteration] == expected[iteration], f"iteration {iteration}"

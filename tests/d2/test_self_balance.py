@@ -1,30 +1,48 @@
-"""Self-balance (paper Sec. 4.2, App. F.3): arithmetic on known storage values and exact resume."""
+"""Self-balance (paper Sec. 4.2, App. F.3): arithmetic on known per-step values, exact resume, and
+the statistics the hook logs."""
 
 from types import SimpleNamespace
 
 import pytest
+import torch
 from detectron2.utils.events import EventStorage
 from torch import nn
 
-from alrp_d2.engine.self_balance import LocalisationWeight, SelfBalanceHook, self_balanced_weight
-from alrp_d2.modeling import DetectionRankingLoss
+from alrp_d2.engine.self_balance import SelfBalanceHook, self_balanced_weight
+from alrp_d2.modeling import HeadRankingLoss, RankingStatistics
 
-# (L_cls, L_loc) written by two heads at iterations 0..6.
+# (L_cls, L_loc) of two heads at iterations 0..6.
 VALUES = {
-    "alrp": [(0.9, 0.05), (0.8, 0.10), (0.7, 0.15), (0.6, 0.20), (0.5, 0.25), (0.4, 0.30), (0.3, 0.35)],
-    "rpn_alrp": [(0.5, 0.5), (0.4, 0.4), (0.3, 0.1), (0.2, 0.2), (0.1, 0.3), (0.2, 0.4), (0.3, 0.5)],
+    "retinanet": [(0.9, 0.05), (0.8, 0.10), (0.7, 0.15), (0.6, 0.20), (0.5, 0.25), (0.4, 0.30), (0.3, 0.35)],
+    "rpn": [(0.5, 0.5), (0.4, 0.4), (0.3, 0.1), (0.2, 0.2), (0.1, 0.3), (0.2, 0.4), (0.3, 0.5)],
 }
+
+
+class ScriptedLoss(HeadRankingLoss):
+    """A head's ranking loss whose statistics are given values (gradient magnitudes 2 and 3)."""
+
+    def __init__(self, name: str, self_balanced: bool):
+        super().__init__(
+            name,
+            cls_loss="alrp",
+            delta=1.0,
+            loc_error_kind="giou",
+            tau=0.5,
+            loc_weight=50.0,
+            self_balanced=self_balanced,
+        )
+        self.iteration = 0
+
+    def take_statistics(self):
+        cls_value, loc_value = VALUES[self.name][self.iteration]
+        return RankingStatistics(*(torch.tensor(v) for v in (cls_value, loc_value, 2.0, 3.0)))
 
 
 class TwoHeads(nn.Module):
     def __init__(self, self_balanced=True):
         super().__init__()
-        self.first = nn.Module()
-        self.second = nn.Module()
-        for module, name in ((self.first, "alrp"), (self.second, "rpn_alrp")):
-            module.ranking_loss = DetectionRankingLoss(
-                name=name, cls_loss="alrp", delta=1.0, loc_weight=LocalisationWeight(name, 50.0, self_balanced)
-            )
+        self.first = ScriptedLoss("retinanet", self_balanced)
+        self.second = ScriptedLoss("rpn", self_balanced)
 
 
 def run(hook, model, storage, iterations):
@@ -34,13 +52,9 @@ def run(hook, model, storage, iterations):
     for iteration in iterations:
         hook.trainer.iter = iteration
         storage.iter = iteration
-        for name, values in VALUES.items():
-            cls_value, loc_value = values[iteration]
-            storage.put_scalars(**{f"sb/{name}/cls": cls_value, f"sb/{name}/loc": loc_value})
+        model.first.iteration = model.second.iteration = iteration
         hook.after_step()
-        weights.append(
-            {name: w.ranking_loss.loc_weight.value for name, w in (("alrp", model.first), ("rpn_alrp", model.second))}
-        )
+        weights.append({loss.name: loss.loc_weight.item() for loss in (model.first, model.second)})
     return weights
 
 
@@ -55,40 +69,58 @@ def test_weight_is_ratio_of_period_means():
     assert self_balanced_weight(2.0, 0.0, 7.5) == 7.5  # no localisation loss: keep the weight
 
 
-def test_hook_closes_periods_on_known_storage_values():
+def test_hook_closes_periods_on_known_values():
     model, hook = TwoHeads(), SelfBalanceHook(period=3)
     with EventStorage() as storage:
         weights = run(hook, model, storage, range(7))
-        logged = storage.history("sb/alrp/weight").values()
+        logged = storage.history("sb/retinanet/weight").values()
+        components = storage.history("sb/rpn/loc").values()
+        ratios = storage.history("rpn/grad_ratio").values()
     for name in VALUES:
         assert [w[name] for w in weights[:2]] == [50.0, 50.0]
         assert weights[2][name] == pytest.approx(expected_weight(name, 0, 3))
         assert weights[4][name] == pytest.approx(expected_weight(name, 0, 3))
         assert weights[5][name] == pytest.approx(expected_weight(name, 3, 6))
-    assert [value for value, _ in logged] == [w["alrp"] for w in weights]
+    assert [value for value, _ in logged] == pytest.approx([w["retinanet"] for w in weights])
+    assert [value for value, _ in components] == pytest.approx([loc for _, loc in VALUES["rpn"]])
+    assert [value for value, _ in ratios] == pytest.approx([1.5] * 7)
 
 
 def test_resume_mid_period_reproduces_uninterrupted_run():
     with EventStorage() as storage:
         uninterrupted = run(SelfBalanceHook(period=3), TwoHeads(), storage, range(7))
-    first_hook = SelfBalanceHook(period=3)
+    first_hook, first_model = SelfBalanceHook(period=3), TwoHeads()
     with EventStorage() as storage:
-        run(first_hook, TwoHeads(), storage, range(4))
+        run(first_hook, first_model, storage, range(4))
     state = first_hook.state_dict()
-    assert state["heads"]["alrp"]["sum_loc"] == pytest.approx(VALUES["alrp"][3][1])
-    resumed_hook = SelfBalanceHook(period=3)
+    assert state["sums"]["retinanet"][1] == pytest.approx(VALUES["retinanet"][3][1])
+    resumed_hook, resumed_model = SelfBalanceHook(period=3), TwoHeads()
+    resumed_model.load_state_dict(first_model.state_dict())  # the weights are buffers of the model
     resumed_hook.load_state_dict(state)
     with EventStorage(start_iter=4) as storage:
-        resumed = run(resumed_hook, TwoHeads(), storage, range(4, 7))
+        resumed = run(resumed_hook, resumed_model, storage, range(4, 7))
     for after_resume, without_stop in zip(resumed, uninterrupted[4:]):
         assert after_resume == pytest.approx(without_stop)
 
 
-def test_constant_weights_are_left_alone():
+def test_constant_weights_are_left_alone_and_keep_the_config_value():
     model, hook = TwoHeads(self_balanced=False), SelfBalanceHook(period=2)
     with EventStorage() as storage:
         weights = run(hook, model, storage, range(4))
-    assert all(w == {"alrp": 50.0, "rpn_alrp": 50.0} for w in weights)
+        assert "sb/rpn/cls" in storage.latest() and "sb/rpn/weight" not in storage.latest()
+    assert all(w == {"retinanet": 50.0, "rpn": 50.0} for w in weights)
+    balanced = TwoHeads()
+    balanced.first.set_loc_weight(3.0)
+    model.load_state_dict(balanced.state_dict())
+    assert model.first.loc_weight.item() == 50.0
+
+
+def test_logging_only_without_a_period():
+    model, hook = TwoHeads(), SelfBalanceHook(period=None)
+    with EventStorage() as storage:
+        weights = run(hook, model, storage, range(3))
+        assert storage.latest()["sb/retinanet/cls"][0] == pytest.approx(VALUES["retinanet"][2][0])
+    assert all(w == {"retinanet": 50.0, "rpn": 50.0} for w in weights)
 
 
 def test_period_must_be_positive():

@@ -17,13 +17,13 @@ from detectron2.structures import Instances
 import train_net
 from alrp_d2.config import setup_cfg
 from alrp_d2.data.shapes import prepare_shapes_dataset, shapes_paths
-from alrp_d2.engine import AlrpTrainer, SelfBalanceHook, find_localisation_weights, self_balance_period
+from alrp_d2.engine import AlrpTrainer, SelfBalanceHook, find_ranking_losses, self_balance_period
 
 from .tiny_configs import tiny_faster_rcnn_cfg, tiny_retinanet_cfg
 
 SMALL = {"train": 16, "val": 8}
 TRAIN, VAL = "test_shapes_train", "test_shapes_val"
-SB_NAMES = {"retinanet": ["alrp"], "faster_rcnn": ["box_alrp", "rpn_alrp"]}
+SB_NAMES = {"retinanet": ["retinanet"], "faster_rcnn": ["box", "rpn"]}
 
 
 def register_small_shapes(root: str) -> None:
@@ -66,6 +66,10 @@ def self_balance_hook(trainer) -> SelfBalanceHook:
     return hook
 
 
+def loc_weights(trainer):
+    return {name: loss.loc_weight.item() for name, loss in find_ranking_losses(trainer.model).items()}
+
+
 def fixed_batch_trainer(batch):
     """AlrpTrainer fed the same batch every iteration, so that two runs are comparable step by step."""
 
@@ -92,8 +96,9 @@ def test_resume_restores_and_reproduces_self_balance(kind, shapes_root, tmp_path
     uninterrupted.resume_or_load(resume=False)
     uninterrupted.train()
     final_state = self_balance_hook(uninterrupted).state_dict()
-    assert sorted(final_state["heads"]) == SB_NAMES[kind]
-    assert all(state["weight"] != 50.0 for state in final_state["heads"].values())
+    final_weights = loc_weights(uninterrupted)
+    assert sorted(final_state["sums"]) == sorted(final_weights) == SB_NAMES[kind]
+    assert all(weight != 50.0 for weight in final_weights.values())
 
     # Resume a second run from the checkpoint written after iteration 2 (mid-period: period 2
     # closes after iterations 1, 3, 5, so the checkpoint holds the partial sums of iteration 2).
@@ -103,17 +108,16 @@ def test_resume_restores_and_reproduces_self_balance(kind, shapes_root, tmp_path
         f.write("model_0000002.pth")
     saved = torch.load(os.path.join(resumed_dir, "model_0000002.pth"), weights_only=False)["trainer"]
     saved_state = saved["hooks"]["SelfBalanceHook"]
-    assert all(state["sum_loc"] > 0 for state in saved_state["heads"].values())
+    assert all(sums[1] > 0 for sums in saved_state["sums"].values())
 
     resumed = trainer_class(training_cfg(kind, resumed_dir))
     resumed.resume_or_load(resume=True)
     assert resumed.start_iter == 3
     assert self_balance_hook(resumed).state_dict() == saved_state
     resumed.train()
-    for name, weight in find_localisation_weights(resumed.model).items():
-        assert weight.value == pytest.approx(final_state["heads"][name]["weight"], rel=1e-5)
-    for name, state in self_balance_hook(resumed).state_dict()["heads"].items():
-        assert state == pytest.approx(final_state["heads"][name], rel=1e-5)
+    assert loc_weights(resumed) == pytest.approx(final_weights, rel=1e-5)
+    for name, sums in self_balance_hook(resumed).state_dict()["sums"].items():
+        assert sums == pytest.approx(final_state["sums"][name], rel=1e-5)
 
     with open(os.path.join(uninterrupted_dir, "metrics.json")) as f:
         logged = [json.loads(line) for line in f]
@@ -135,7 +139,7 @@ def _gloo_worker(config_file: str, shapes_root: str, report_dir: str) -> None:
     trainer.resume_or_load(resume=False)
     trainer.train()
     with open(os.path.join(report_dir, f"rank{comm.get_rank()}.json"), "w") as f:
-        json.dump(self_balance_hook(trainer).state_dict(), f)
+        json.dump({"hook": self_balance_hook(trainer).state_dict(), "weights": loc_weights(trainer)}, f)
 
 
 def test_two_gloo_workers_agree_on_the_self_balance_weight(shapes_root, tmp_path):
@@ -147,7 +151,7 @@ def test_two_gloo_workers_agree_on_the_self_balance_weight(shapes_root, tmp_path
     launch(_gloo_worker, 2, dist_url="auto", args=(str(config_file), shapes_root, str(tmp_path)))
     states = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(2)]
     assert states[0] == states[1]
-    assert states[0]["heads"]["alrp"]["weight"] != 50.0
+    assert states[0]["weights"]["retinanet"] != 50.0
 
 
 @pytest.mark.parametrize("kind", ["retinanet", "faster_rcnn"])

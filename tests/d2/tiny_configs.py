@@ -8,6 +8,7 @@ from detectron2.config import CfgNode
 from detectron2.structures import Boxes, Instances
 
 from alrp_d2.config import setup_cfg
+from alrp_d2.engine import find_ranking_losses
 
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "configs")
 
@@ -61,3 +62,16 @@ def tiny_batch(with_objects: bool = True) -> List[Dict]:
         {"image": torch.rand(3, 96, 128, generator=gen) * 255, "instances": objects},
         {"image": torch.rand(3, 96, 128, generator=gen) * 255, "instances": instances([], [])},
     ]
+
+
+def ranking_statistics(model) -> Dict[str, Dict[str, float]]:
+    """The unweighted ``cls`` and ``loc`` components and the gradient ``ratio`` of every head's
+    ranking loss in the last forward (what SelfBalanceHook logs as sb/<name>/cls, sb/<name>/loc
+    and <name>/grad_ratio on one worker)."""
+    result = {}
+    for name, loss in find_ranking_losses(model).items():
+        statistics = loss.take_statistics()
+        if statistics is not None:
+            cls_value, loc_value, positive, negative = (float(value) for value in statistics)
+            result[name] = {"cls": cls_value, "loc": loc_value, "ratio": negative / positive if positive else None}
+    return result
