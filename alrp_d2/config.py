@@ -16,7 +16,7 @@ __all__ = ["add_alrp_config", "setup_cfg", "validate_alrp_config", "require_conf
 CLS_LOSSES = ("alrp", "ap", "ap_interpolated")
 MATCHERS = ("iou", "atss")
 
-# Paper recipe (issue 9): the norm of the official ResNets (BN statistics frozen, affine trained;
+# Paper recipe: the norm of the official ResNets (BN statistics frozen, affine trained;
 # alrp_d2/modeling/backbone.py) and the registered backbones that build it.
 FROZEN_STATS_BN = "FrozenStatsBN"
 FROZEN_STATS_BN_BACKBONES = ("build_alrp_resnet_fpn_backbone", "build_alrp_retinanet_resnet_fpn_backbone")
@@ -122,7 +122,7 @@ def _add_faster_rcnn_keys(alrp: CN) -> None:
     alrp.RPN_WEIGHT = 0.2
     alrp.RPN_TAU = 0.7
     alrp.RPN_DELTA = 1.0
-    # Paper recipe (issue 9): AlrpRPN makes low-quality matches (Faster R-CNN's rule (i)) only for the ground
+    # Paper recipe: AlrpRPN makes low-quality matches (Faster R-CNN's rule (i)) only for the ground
     # truths whose best anchor IoU is at least this (the official RPN assigner's min_pos_iou, 0.3 in the paper
     # config); 0.0 keeps detectron2's RPN Matcher.
     alrp.RPN_LOW_QUALITY_MIN_IOU = 0.0
@@ -210,7 +210,6 @@ def validate_alrp_config(cfg: CN) -> None:
     )
     require_config(alrp.RPN_WEIGHT > 0, "MODEL.ALRP.RPN_WEIGHT", alrp.RPN_WEIGHT, "must be > 0")
     require_config(alrp.RANKING in RANKINGS, "MODEL.ALRP.RANKING", alrp.RANKING, f"must be one of {RANKINGS}")
-    # Paper recipe (issue 9).
     require_config(
         0.0 <= alrp.RPN_LOW_QUALITY_MIN_IOU <= 1.0,
         "MODEL.ALRP.RPN_LOW_QUALITY_MIN_IOU",

@@ -1,4 +1,4 @@
-"""Global against per-worker ranking on the shapes quickstart (issue 10): loss curves, final AP, time
+"""Global against per-worker ranking on the shapes quickstart: loss curves, final AP, time
 per iteration and the bytes the global ranking exchanges.
 
 Three runs of the quickstart aLRP RetinaNet (``configs/quickstart/alrp_retinanet_shapes.yaml``) with

@@ -1,4 +1,4 @@
-"""Global ranking (issue 10): 2 and 3 gloo workers on loopback, each holding a random part of a
+"""Global ranking: 2 and 3 gloo workers on loopback, each holding a random part of a
 seeded ranking problem, against one process computing the loss on the concatenation: aLRP Loss,
 AP Loss and the interpolated AP Loss."""
 

@@ -1,4 +1,4 @@
-"""Interpolated AP Loss (issue 9 point 12) against a loop transcription of the official APLoss."""
+"""Interpolated AP Loss against a loop transcription of the official APLoss."""
 
 from __future__ import annotations
 

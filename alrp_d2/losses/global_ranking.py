@@ -1,4 +1,4 @@
-"""One ranking over the (example, class) pairs of all workers of a process group (issue 10).
+"""One ranking over the (example, class) pairs of all workers of a process group.
 
 Per worker, every worker ranks the pairs of its own images, as the paper trains; the loss and
 its gradients then depend on how many workers share the batch. With a :class:`RankingGroup`,

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional
+from typing import Dict, List
 
-import torch
 from detectron2.config import configurable
 from detectron2.layers import cat
 from detectron2.modeling import META_ARCH_REGISTRY
@@ -15,8 +14,7 @@ from torch import Tensor
 from torch.nn import functional as F
 
 from ..config import require_config
-from .dense_head import DensePositives, dense_head_inputs, dense_ranking_losses
-from .ranking_loss import HeadRankingLoss, PositiveTargets
+from .dense_head import DensePositives, DenseRankingDetector, dense_head_inputs
 
 __all__ = ["AlrpFCOS", "ConfigurableFCOS"]
 
@@ -62,10 +60,11 @@ class ConfigurableFCOS(FCOS):
 
 
 @META_ARCH_REGISTRY.register()
-class AlrpFCOS(ConfigurableFCOS):
+class AlrpFCOS(DenseRankingDetector, ConfigurableFCOS):
     """FCOS whose focal loss + GIoU loss is replaced by one aLRP Loss ranking over all
-    (location, class) pairs of the per-device batch (:class:`HeadRankingLoss` named "fcos"),
-    E_loc the GIoU error of the decoded boxes.
+    (location, class) pairs of the per-device batch (:class:`~alrp_d2.modeling.HeadRankingLoss`
+    named "fcos": ``loss_fcos_cls`` and ``loss_fcos_loc``), E_loc the GIoU error of the decoded
+    boxes.
 
     Centre-ness (MODEL.FCOS.CENTERNESS) exists in FCOS to make scores reflect localisation
     quality, which aLRP Loss does by ranking: "bce" keeps the branch, trained by FCOS's BCE
@@ -74,24 +73,13 @@ class AlrpFCOS(ConfigurableFCOS):
     """
 
     centerness_optional = True
+    ranking_loss_name = "fcos"
 
     @configurable
-    def __init__(self, *, ranking_loss: HeadRankingLoss, **kwargs):
-        """
-        Args:
-            ranking_loss: the head's aLRP (or AP) loss.
-            kwargs: :class:`ConfigurableFCOS` arguments (its focal-loss ones unused).
-        """
+    def __init__(self, **kwargs):
+        """kwargs: :class:`DenseRankingDetector` and :class:`ConfigurableFCOS` arguments."""
         super().__init__(**kwargs)
-        self.ranking_loss = ranking_loss
         self.centerness = isinstance(self.head, FCOSHead)
-
-    @classmethod
-    def from_config(cls, cfg) -> Dict:
-        ret = super().from_config(cfg)
-        alrp = cfg.MODEL.ALRP
-        ret["ranking_loss"] = HeadRankingLoss.from_config(cfg, "fcos", delta=alrp.DELTA, tau=alrp.TAU)
-        return ret
 
     @property
     def _prediction_dims(self) -> List[int]:
@@ -103,32 +91,17 @@ class AlrpFCOS(ConfigurableFCOS):
         )
         anchors = self.anchor_generator(features)
         gt_labels, gt_boxes = self.label_anchors(anchors, gt_instances)
-        centerness = pred_centerness[0] if pred_centerness else None
-        return self.losses(anchors, pred_logits, gt_labels, pred_deltas, gt_boxes, centerness)
-
-    def losses(
-        self,
-        anchors: List[Boxes],
-        pred_logits: List[Tensor],
-        gt_labels: List[Tensor],
-        pred_anchor_deltas: List[Tensor],
-        gt_boxes: List[Tensor],
-        pred_centerness: Optional[List[Tensor]],
-    ) -> Dict[str, Tensor]:
-        """``loss_fcos_cls`` and ``loss_fcos_loc`` (see :class:`HeadRankingLoss`), and with
-        centre-ness FCOS's ``loss_fcos_ctr`` (BCE of the positives / EMA of their number per batch)."""
-        targets = PositiveTargets.of_labels(torch.stack(gt_labels), self.num_classes)
-        losses = dense_ranking_losses(
-            self.ranking_loss, self.box2box_transform, targets, anchors, pred_logits, pred_anchor_deltas, gt_boxes
-        )
-        if pred_centerness is not None:
-            normalizer = self._ema_update("loss_normalizer", max(len(targets.row), 1), 300)
-            positives = DensePositives.gather(targets, anchors, pred_anchor_deltas, gt_boxes)
-            centerness_targets = self.compute_ctrness_targets([Boxes(positives.anchors)], [positives.gt_boxes])[0]
-            logits = cat(pred_centerness, dim=1).reshape(-1)[targets.row]
-            loss_ctr = F.binary_cross_entropy_with_logits(logits, centerness_targets, reduction="sum")
-            losses["loss_fcos_ctr"] = loss_ctr / normalizer
+        losses, positives = self.ranking_losses(anchors, pred_logits, gt_labels, pred_deltas, gt_boxes)
+        if pred_centerness:
+            losses["loss_fcos_ctr"] = self.centerness_loss(positives, pred_centerness[0])
         return losses
+
+    def centerness_loss(self, positives: DensePositives, pred_centerness: List[Tensor]) -> Tensor:
+        """FCOS's centre-ness loss: BCE of the positives' centre-ness / EMA of their number per batch."""
+        normalizer = self._ema_update("loss_normalizer", max(len(positives.targets.row), 1), 300)
+        targets = self.compute_ctrness_targets([Boxes(positives.anchors)], [positives.gt_boxes])[0]
+        logits = cat(pred_centerness, dim=1).reshape(-1)[positives.targets.row]
+        return F.binary_cross_entropy_with_logits(logits, targets, reduction="sum") / normalizer
 
     def forward_inference(self, images: ImageList, features: List[Tensor], predictions: List[List[Tensor]]):
         """FCOS's inference (scores sqrt(class score x centre-ness)); without the centre-ness branch

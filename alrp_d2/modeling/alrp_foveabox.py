@@ -3,19 +3,16 @@ Smooth L1 (the paper's AP Loss row)."""
 
 from __future__ import annotations
 
-from typing import Dict, List
+from typing import Dict
 
-import torch
 from detectron2.config import configurable
 from detectron2.modeling import META_ARCH_REGISTRY
-from detectron2.structures import Boxes
 from fvcore.nn import smooth_l1_loss
 from torch import Tensor
 
 from ..config import require_config
-from .dense_head import DensePositives, dense_ranking_losses
+from .dense_head import DensePositives, DenseRankingDetector
 from .foveabox import FoveaBox
-from .ranking_loss import HeadRankingLoss, PositiveTargets
 
 __all__ = ["AlrpFoveaBox"]
 
@@ -23,28 +20,29 @@ AP_LOC_LOSSES = ("smooth_l1", "giou")
 
 
 @META_ARCH_REGISTRY.register()
-class AlrpFoveaBox(FoveaBox):
+class AlrpFoveaBox(DenseRankingDetector, FoveaBox):
     """FoveaBox (head, assignment, inference) whose loss is one ranking over all (location,
-    class) pairs of all images of the per-device batch (:class:`HeadRankingLoss` named
-    "fovea"); the positives are the (fovea cell, its object's class) pairs.
+    class) pairs of all images of the per-device batch (:class:`~alrp_d2.modeling.HeadRankingLoss`
+    named "fovea": ``loss_fovea_cls`` and ``loss_fovea_loc``); the positives are the (fovea cell,
+    its object's class) pairs.
 
     With MODEL.ALRP.CLS_LOSS "alrp", E_loc is the GIoU error of the decoded boxes (App. E line
-    12). With an AP loss, the localisation loss is MODEL.FOVEABOX.AP_LOC_LOSS: "smooth_l1" (beta
-    MODEL.FOVEABOX.SMOOTH_L1_BETA, mean over the encoded distances, as the official AP Loss
-    FoveaBox) or "giou".
+    12; MODEL.ALRP.LOC_ERROR and TAU, whose paper values "giou" and 0.5 give 1 - GIoU, as the
+    official head). With an AP loss, the localisation loss is MODEL.FOVEABOX.AP_LOC_LOSS:
+    "smooth_l1" (beta MODEL.FOVEABOX.SMOOTH_L1_BETA, mean over the encoded distances, as the
+    official AP Loss FoveaBox) or "giou".
     """
 
+    ranking_loss_name = "fovea"
+
     @configurable
-    def __init__(self, *, ranking_loss: HeadRankingLoss, ap_loc_loss: str, **kwargs):
+    def __init__(self, *, ap_loc_loss: str, **kwargs):
         """
         Args:
-            ranking_loss: the head's aLRP (or AP) loss (E_loc from MODEL.ALRP.LOC_ERROR and TAU;
-                the paper configs' "giou" and 0.5 give 1 - GIoU, as the official head).
             ap_loc_loss: localisation loss with an AP loss, "smooth_l1" or "giou".
-            kwargs: :class:`FoveaBox` arguments (its focal-loss ones unused).
+            kwargs: :class:`DenseRankingDetector` and :class:`FoveaBox` arguments.
         """
         super().__init__(**kwargs)
-        self.ranking_loss = ranking_loss
         self.ap_loc_loss = ap_loc_loss
 
     @classmethod
@@ -54,33 +52,13 @@ class AlrpFoveaBox(FoveaBox):
         require_config(
             ap_loc_loss in AP_LOC_LOSSES, "MODEL.FOVEABOX.AP_LOC_LOSS", ap_loc_loss, f"one of {AP_LOC_LOSSES}"
         )
-        alrp = cfg.MODEL.ALRP
-        ret["ranking_loss"] = HeadRankingLoss.from_config(cfg, "fovea", delta=alrp.DELTA, tau=alrp.TAU)
         ret["ap_loc_loss"] = ap_loc_loss
         return ret
 
-    def losses(
-        self,
-        anchors: List[Boxes],
-        pred_logits: List[Tensor],
-        gt_labels: List[Tensor],
-        pred_anchor_deltas: List[Tensor],
-        gt_boxes: List[Tensor],
-    ) -> Dict[str, Tensor]:
-        """``loss_fovea_cls`` and ``loss_fovea_loc`` of the batch (see :class:`HeadRankingLoss`)."""
-        smooth_l1 = self.ranking_loss.cls_loss != "alrp" and self.ap_loc_loss == "smooth_l1"
-        return dense_ranking_losses(
-            self.ranking_loss,
-            self.box2box_transform,
-            PositiveTargets.of_labels(torch.stack(gt_labels), self.num_classes),
-            anchors,
-            pred_logits,
-            pred_anchor_deltas,
-            gt_boxes,
-            loc_errors_of=self._smooth_l1_errors if smooth_l1 else None,
-        )
-
-    def _smooth_l1_errors(self, positives: DensePositives) -> Tensor:
-        """Smooth L1 of each positive's encoded distances, averaged over the four."""
+    def positive_loc_errors(self, positives: DensePositives) -> Tensor:
+        """E_loc of the decoded boxes; with an AP loss and "smooth_l1", the Smooth L1 of each
+        positive's encoded distances, averaged over the four."""
+        if self.ranking_loss.cls_loss == "alrp" or self.ap_loc_loss != "smooth_l1":
+            return super().positive_loc_errors(positives)
         target_deltas = self.box2box_transform.get_deltas(positives.anchors, positives.gt_boxes)
         return smooth_l1_loss(positives.pred_deltas, target_deltas, self.smooth_l1_beta).mean(dim=1)

@@ -11,19 +11,19 @@ from detectron2.structures import Boxes, Instances
 from torch import Tensor
 
 from .atss import AtssMatcher
-from .dense_head import dense_ranking_losses, label_anchors_batched
+from .dense_head import DenseRankingDetector, label_anchors_batched
 from .official_inference import OfficialOrderInference
-from .ranking_loss import HeadRankingLoss, PositiveTargets
 
 __all__ = ["AlrpRetinaNet"]
 
 
 @META_ARCH_REGISTRY.register()
-class AlrpRetinaNet(OfficialOrderInference, RetinaNet):
+class AlrpRetinaNet(DenseRankingDetector, OfficialOrderInference, RetinaNet):
     """RetinaNet (head, anchors, inference of detectron2) whose training loss is one aLRP Loss
     ranking over all anchors x classes of all images of the per-device batch
-    (:class:`HeadRankingLoss` named "retinanet"); the positives are the (anchor, its GT class)
-    pairs. E_loc is computed on decoded boxes.
+    (:class:`~alrp_d2.modeling.HeadRankingLoss` named "retinanet": ``loss_retinanet_cls`` and
+    ``loss_retinanet_loc``); the positives are the (anchor, its GT class) pairs. E_loc is computed
+    on decoded boxes.
 
     Anchors are labelled by detectron2's IoU ``Matcher`` (MODEL.RETINANET.IOU_THRESHOLDS) or,
     with MODEL.ALRP.MATCHER = "atss", by :class:`AtssMatcher`. With MODEL.ALRP.OFFICIAL_INFERENCE
@@ -31,16 +31,16 @@ class AlrpRetinaNet(OfficialOrderInference, RetinaNet):
     :class:`OfficialOrderInference`).
     """
 
+    ranking_loss_name = "retinanet"
+
     @configurable
-    def __init__(self, *, ranking_loss: HeadRankingLoss, official_inference: bool = False, **kwargs):
+    def __init__(self, *, official_inference: bool, **kwargs):
         """
         Args:
-            ranking_loss: the head's aLRP (or AP) loss.
             official_inference: select detections as the official (mmdetection 2.x) test does.
-            kwargs: :class:`detectron2.modeling.RetinaNet` arguments (its focal-loss ones unused).
+            kwargs: :class:`DenseRankingDetector` and :class:`detectron2.modeling.RetinaNet` arguments.
         """
         super().__init__(**kwargs)
-        self.ranking_loss = ranking_loss
         self.official_inference = official_inference
 
     @classmethod
@@ -49,7 +49,6 @@ class AlrpRetinaNet(OfficialOrderInference, RetinaNet):
         alrp = cfg.MODEL.ALRP
         if alrp.MATCHER == "atss":
             ret["anchor_matcher"] = AtssMatcher(alrp.ATSS_TOPK)
-        ret["ranking_loss"] = HeadRankingLoss.from_config(cfg, "retinanet", delta=alrp.DELTA, tau=alrp.TAU)
         ret["official_inference"] = alrp.OFFICIAL_INFERENCE
         return ret
 
@@ -61,23 +60,3 @@ class AlrpRetinaNet(OfficialOrderInference, RetinaNet):
         if isinstance(self.anchor_matcher, AtssMatcher):
             return label_anchors_batched(self.anchor_matcher, anchors, gt_instances, self.num_classes)
         return super().label_anchors(anchors, gt_instances)
-
-    def losses(
-        self,
-        anchors: List[Boxes],
-        pred_logits: List[Tensor],
-        gt_labels: List[Tensor],
-        pred_anchor_deltas: List[Tensor],
-        gt_boxes: List[Tensor],
-    ) -> Dict[str, Tensor]:
-        """``loss_retinanet_cls`` and ``loss_retinanet_loc``: aLRP Loss over all anchors x classes
-        of the batch (:func:`dense_ranking_losses`)."""
-        return dense_ranking_losses(
-            self.ranking_loss,
-            self.box2box_transform,
-            PositiveTargets.of_labels(torch.stack(gt_labels), self.num_classes),
-            anchors,
-            pred_logits,
-            pred_anchor_deltas,
-            gt_boxes,
-        )

@@ -14,7 +14,7 @@ from detectron2.modeling.proposal_generator import RPN
 from detectron2.structures import Boxes
 from torch import Tensor
 
-from .dense_head import dense_ranking_losses
+from .dense_head import DensePositives, dense_ranking_loss
 from .ranking_loss import HeadRankingLoss, PositiveTargets
 
 __all__ = ["AlrpRPN", "MinIoULowQualityMatcher"]
@@ -83,13 +83,9 @@ class AlrpRPN(RPN):
         gt_boxes: List[Tensor],
     ) -> Dict[str, Tensor]:
         """aLRP Loss of the batch over the anchors labelled 1 (positive) or 0 (negative)."""
-        return dense_ranking_losses(
-            self.ranking_loss,
-            self.box2box_transform,
-            PositiveTargets.of_objectness(torch.stack(gt_labels)),
-            anchors,
-            pred_objectness_logits,
-            pred_anchor_deltas,
-            gt_boxes,
-            num_positives_key="rpn/num_pos_anchors",
+        targets = PositiveTargets.of_objectness(torch.stack(gt_labels))
+        positives = DensePositives.gather(targets, anchors, pred_anchor_deltas, gt_boxes)
+        loc_errors = positives.loc_errors(self.ranking_loss, self.box2box_transform)
+        return dense_ranking_loss(
+            self.ranking_loss, positives, loc_errors, pred_objectness_logits, "rpn/num_pos_anchors"
         )

@@ -1,13 +1,13 @@
 """What the dense detectors of the project share: the head's inputs from a config, batched
 labelling by a matcher that sees the whole batch, and the ranking loss over all (anchor,
-class) pairs of the batch."""
+class) pairs of the batch (:class:`DenseRankingDetector`)."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Protocol, Tuple
+from typing import Any, Dict, List, NamedTuple, Protocol, Tuple
 
 import torch
-from detectron2.config import CfgNode
+from detectron2.config import CfgNode, configurable
 from detectron2.layers import cat
 from detectron2.modeling import Backbone, build_backbone
 from detectron2.structures import Boxes, Instances
@@ -20,8 +20,9 @@ from .ranking_loss import HeadRankingLoss, PositiveTargets
 __all__ = [
     "BatchMatcher",
     "DensePositives",
+    "DenseRankingDetector",
     "dense_head_inputs",
-    "dense_ranking_losses",
+    "dense_ranking_loss",
     "label_anchors_batched",
 ]
 
@@ -90,31 +91,78 @@ class DensePositives(NamedTuple):
             torch.stack(gt_boxes).reshape(-1, 4)[targets.row],
         )
 
+    def loc_errors(self, ranking_loss: HeadRankingLoss, box2box_transform: Any) -> Tensor:
+        """E_loc of the boxes decoded from the predicted deltas (App. E line 12)."""
+        pred_boxes = box2box_transform.apply_deltas(self.pred_deltas, self.anchors)
+        return ranking_loss.loc_errors(pred_boxes, self.gt_boxes)
 
-def dense_ranking_losses(
+
+def dense_ranking_loss(
     ranking_loss: HeadRankingLoss,
-    box2box_transform: Any,
-    targets: PositiveTargets,
-    anchors: List[Boxes],
+    positives: DensePositives,
+    loc_errors: Tensor,
     pred_logits: List[Tensor],
-    pred_deltas: List[Tensor],
-    gt_boxes: List[Tensor],
-    loc_errors_of: Optional[Callable[[DensePositives], Tensor]] = None,
     num_positives_key: str = "num_pos_anchors",
 ) -> Dict[str, Tensor]:
-    """The ranking loss of a dense head (aLRP RetinaNet, FoveaBox, FCOS, the RPN) over all
-    (anchor, class) pairs of the batch: ``targets`` from the per-image labels (e.g.
-    ``PositiveTargets.of_labels(torch.stack(gt_labels), K)``), the other arguments as
-    :meth:`detectron2.modeling.RetinaNet.losses` (``pred_logits`` per level (N, R_level, K), or
-    (N, R_level) for the RPN's objectness). ``loc_errors_of`` gives the positives' localisation
-    errors; by default E_loc of their boxes decoded by ``box2box_transform`` (App. E line 12).
-    The number of positives per image is logged under ``num_positives_key``."""
-    positives = DensePositives.gather(targets, anchors, pred_deltas, gt_boxes)
-    if loc_errors_of is None:
-        pred_boxes = box2box_transform.apply_deltas(positives.pred_deltas, positives.anchors)
-        loc_errors = ranking_loss.loc_errors(pred_boxes, positives.gt_boxes)
-    else:
-        loc_errors = loc_errors_of(positives)
-    get_event_storage().put_scalar(num_positives_key, len(targets.row) / len(gt_boxes))
-    logits = cat(pred_logits, dim=1).reshape(len(targets.valid), -1)
-    return ranking_loss(logits, targets, loc_errors)
+    """The ranking loss of a dense head over all (anchor, class) pairs of the batch, from its
+    per-level (N, R_level, K) logits, or (N, R_level) for the RPN's objectness; the number of
+    positives per image is logged under ``num_positives_key``."""
+    num_images = len(pred_logits[0])
+    get_event_storage().put_scalar(num_positives_key, len(positives.targets.row) / num_images)
+    logits = cat(pred_logits, dim=1).reshape(len(positives.targets.valid), -1)
+    return ranking_loss(logits, positives.targets, loc_errors)
+
+
+class DenseRankingDetector:
+    """Mixin of a detectron2 dense detector (RetinaNet, FCOS) trained by one
+    :class:`HeadRankingLoss` over all (anchor, class) pairs of the batch, named
+    ``ranking_loss_name``: its constructor argument ``ranking_loss`` (from MODEL.ALRP) and its
+    ``losses``. Mixed in before detectron2's class: ``class AlrpRetinaNet(DenseRankingDetector,
+    RetinaNet)``. A subclass changes the positives' localisation errors by overriding
+    :meth:`positive_loc_errors`."""
+
+    ranking_loss_name = ""
+    ranking_loss: HeadRankingLoss
+    box2box_transform: Any
+    num_classes: int
+
+    @configurable
+    def __init__(self, *, ranking_loss: HeadRankingLoss, **kwargs):
+        """
+        Args:
+            ranking_loss: the head's aLRP (or AP) loss.
+            kwargs: the detector's arguments (its focal-loss ones unused).
+        """
+        super().__init__(**kwargs)
+        self.ranking_loss = ranking_loss
+
+    @classmethod
+    def from_config(cls, cfg: CfgNode) -> Dict[str, Any]:
+        ret = super().from_config(cfg)  # type: ignore[misc]
+        alrp = cfg.MODEL.ALRP
+        ret["ranking_loss"] = HeadRankingLoss.from_config(cfg, cls.ranking_loss_name, delta=alrp.DELTA, tau=alrp.TAU)
+        return ret
+
+    def losses(self, *inputs: Any) -> Dict[str, Tensor]:
+        """``loss_<name>_cls`` and ``loss_<name>_loc`` (see :class:`HeadRankingLoss`) from the
+        inputs of :meth:`ranking_losses`."""
+        return self.ranking_losses(*inputs)[0]
+
+    def ranking_losses(
+        self,
+        anchors: List[Boxes],
+        pred_logits: List[Tensor],
+        gt_labels: List[Tensor],
+        pred_anchor_deltas: List[Tensor],
+        gt_boxes: List[Tensor],
+    ) -> Tuple[Dict[str, Tensor], DensePositives]:
+        """:meth:`losses` and the positives they were computed on; arguments as
+        :meth:`detectron2.modeling.RetinaNet.losses`."""
+        targets = PositiveTargets.of_labels(torch.stack(gt_labels), self.num_classes)
+        positives = DensePositives.gather(targets, anchors, pred_anchor_deltas, gt_boxes)
+        losses = dense_ranking_loss(self.ranking_loss, positives, self.positive_loc_errors(positives), pred_logits)
+        return losses, positives
+
+    def positive_loc_errors(self, positives: DensePositives) -> Tensor:
+        """The positives' localisation errors: E_loc of their decoded boxes."""
+        return positives.loc_errors(self.ranking_loss, self.box2box_transform)

@@ -23,6 +23,8 @@ from .official_inference import OfficialOrderInference
 
 __all__ = ["FoveaBox", "FoveaBoxTransform", "FoveaMatcher"]
 
+Tensors = List[Tensor]  # one tensor per feature level, or per image
+
 # Largest predicted distance: exp(SCALE_CLAMP) base edges (detectron2's log(1000 / 16)).
 SCALE_CLAMP = math.log(1000.0 / 16)
 
@@ -130,7 +132,7 @@ class FoveaBox(OfficialOrderInference, RetinaNet):
     per-level selection of the official FoveaHead (:class:`OfficialOrderInference`).
     """
 
-    official_inference = True
+    official_inference = True  # FoveaBox always selects detections in the official order
 
     @classmethod
     def from_config(cls, cfg) -> Dict:
@@ -174,12 +176,7 @@ class FoveaBox(OfficialOrderInference, RetinaNet):
         return label_anchors_batched(self.anchor_matcher, anchors, gt_instances, self.num_classes)
 
     def losses(
-        self,
-        anchors: List[Boxes],
-        pred_logits: List[Tensor],
-        gt_labels: List[Tensor],
-        pred_anchor_deltas: List[Tensor],
-        gt_boxes: List[Tensor],
+        self, anchors: List[Boxes], pred_logits: Tensors, gt_labels: Tensors, pred_deltas: Tensors, gt_boxes: Tensors
     ) -> Dict[str, Tensor]:
         """Focal loss over all (location, class) pairs / (positives + images), and Smooth L1
         summed over the four encoded distances of each positive / positives (mmdet ``FoveaHead.loss``)."""
@@ -196,7 +193,7 @@ class FoveaBox(OfficialOrderInference, RetinaNet):
             Boxes.cat(anchors).tensor[location_index], torch.stack(gt_boxes)[image_index, location_index]
         )
         loss_box = smooth_l1_loss(
-            cat(pred_anchor_deltas, dim=1)[image_index, location_index],
+            cat(pred_deltas, dim=1)[image_index, location_index],
             target_deltas,
             self.smooth_l1_beta,
             reduction="sum",

@@ -22,7 +22,7 @@ class OfficialOrderInference(DenseDetector):
     Mixed in before detectron2's class: ``class AlrpRetinaNet(OfficialOrderInference, RetinaNet)``.
     """
 
-    official_inference: bool = True
+    official_inference: bool  # set by the detector (MODEL.ALRP.OFFICIAL_INFERENCE for AlrpRetinaNet)
 
     def _decode_per_level_predictions(
         self,

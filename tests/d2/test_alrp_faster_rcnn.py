@@ -92,7 +92,7 @@ def test_rpn_ranks_every_labelled_anchor_of_every_image(ranking_inputs):
 def test_box_head_ranks_all_proposals_and_gt_boxes_times_classes(ranking_inputs):
     cfg = tiny_faster_rcnn_cfg()
     cfg.MODEL.ROI_HEADS.BATCH_SIZE_PER_IMAGE = 8  # detectron2 would sample 8 proposals per image
-    cfg.MODEL.ROI_HEADS.PROPOSAL_APPEND_GT = True  # the paper config does not append them (issue 9)
+    cfg.MODEL.ROI_HEADS.PROPOSAL_APPEND_GT = True  # the paper config does not append them
     torch.manual_seed(0)
     model = build_model(cfg)
     model.train()

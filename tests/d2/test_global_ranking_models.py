@@ -1,4 +1,4 @@
-"""One DDP training step with MODEL.ALRP.RANKING = "global" (issue 10): 2 gloo workers holding an
+"""One DDP training step with MODEL.ALRP.RANKING = "global": 2 gloo workers holding an
 uneven split of a batch give the parameter gradients, loss values and self-balance sums of one
 process on the whole batch (batch-independent normalisation: FrozenBN or GN)."""
 

@@ -1,4 +1,4 @@
-"""The paper configs reproduce the official recipe (issue 9, points 1-5): schedules, 800-scale anchors, Faster
+"""The paper configs reproduce the official recipe: schedules, 800-scale anchors, Faster
 R-CNN proposals and RPN low-quality matches, torchvision initialisation with frozen BatchNorm statistics."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Weights that do not fit the config, unreadable images, config values from the command line and
-demo.py's input check (issue 12; tiny models, CPU)."""
+demo.py's input check (tiny models, CPU)."""
 
 from __future__ import annotations
 
