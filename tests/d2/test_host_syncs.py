@@ -35,7 +35,7 @@ DETECTORS = {
     "retinanet_atss": (lambda: tiny_retinanet_cfg(MATCHER="atss"), 1),
     "retinanet_ap_interpolated": (lambda: tiny_retinanet_cfg(CLS_LOSS="ap_interpolated"), 1),
     "faster_rcnn": (lambda: tiny_faster_rcnn_cfg(), 2),
-    "faster_rcnn_min_iou": (lambda: tiny_faster_rcnn_cfg(RPN_LOW_QUALITY_MIN_IOU=0.3), 2),
+    "faster_rcnn_any_iou_low_quality": (lambda: tiny_faster_rcnn_cfg(RPN_LOW_QUALITY_MIN_IOU=0.0), 2),
     "foveabox_alrp": (lambda: dense_cfg("foveabox_alrp_R50_500.yaml", "FOVEABOX"), 1),
     "foveabox_ap_smooth_l1": (lambda: dense_cfg("foveabox_ap_R50_500.yaml", "FOVEABOX"), 1),
     "foveabox_focal": (lambda: dense_cfg("foveabox_focal_R50_500.yaml", "FOVEABOX"), 0),
