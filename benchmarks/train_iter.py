@@ -78,7 +78,9 @@ def num_classes(cfg: CfgNode) -> int:
     return cfg.MODEL.RETINANET.NUM_CLASSES
 
 
-def load_config(name: str, device: str, depth: int) -> CfgNode:
+def load_config(name: str, device: str, depth: int, tiny: bool = False) -> CfgNode:
+    """The config ``name`` from random init on ``device`` with a ResNet of ``depth``; ``tiny``: the
+    test suite's sizes (16-channel FPN, one-conv heads, 3 classes), for smoke runs."""
     cfg = setup_cfg(os.path.join(ROOT, "configs", name))
     cfg.MODEL.WEIGHTS = ""
     cfg.MODEL.DEVICE = device
@@ -87,6 +89,12 @@ def load_config(name: str, device: str, depth: int) -> CfgNode:
     cfg.MODEL.RESNETS.NORM = "BN"
     if depth < 50:
         cfg.MODEL.RESNETS.RES2_OUT_CHANNELS = 64
+    if tiny:
+        cfg.MODEL.FPN.OUT_CHANNELS = 16
+        cfg.MODEL.ROI_BOX_HEAD.FC_DIM = 64
+        for node in (cfg.MODEL.RETINANET, cfg.MODEL.FOVEABOX, cfg.MODEL.FCOS):
+            node.NUM_CONVS, node.NUM_CLASSES, node.NORM = 1, 3, ""
+        cfg.MODEL.ROI_HEADS.NUM_CLASSES = 3
     return cfg
 
 
@@ -122,7 +130,7 @@ def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: 
 
 def benchmark_pair(name: str, args: argparse.Namespace) -> Tuple[float, float]:
     config, to_baseline = PAIRS[name]
-    alrp_cfg = load_config(config, args.device, args.depth)
+    alrp_cfg = load_config(config, args.device, args.depth, getattr(args, "tiny", False))
     baseline_cfg = alrp_cfg.clone()
     to_baseline(baseline_cfg)
     torch.manual_seed(0)

@@ -1,0 +1,104 @@
+"""The published loss functions of other implementations, loaded at run time for side-by-side
+benchmarks: the official aLRP Loss and AP Loss loops (kemaloksuz/aLRPLoss), the official Rank & Sort
+Loss loop (kemaloksuz/RankSortLoss) and BRL's bucketed losses (blisgard/BucketedRankingBasedLosses).
+
+None of their code is part of this project: each file is loaded from the repository path given on
+the command line, with ``Tensor.cuda()`` redirected to the benchmark's device (the official
+functions allocate with ``.cuda()``) and mmdetection's ``LOSSES`` registry served by a stub (BRL's
+file registers its losses). Each returned function takes what our label API takes (+1/0/-1
+labels, or continuous targets for Rank & Sort Loss) and returns the outputs to backpropagate.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import types
+from typing import Callable, Dict, Optional, Tuple
+
+import torch
+from torch import Tensor
+
+__all__ = ["REFERENCES", "load_reference"]
+
+ALRP_REPO_FILES = {"alrp": "mmdet/models/losses/alrp_loss.py", "ap": "mmdet/models/losses/ap_loss.py"}
+RANKING_LOSSES_FILE = "mmdet/models/losses/ranking_losses.py"
+
+#: (loss, implementation) -> the repository it comes from, for the command-line help and reports.
+REFERENCES: Dict[Tuple[str, str], str] = {
+    ("alrp", "official"): "kemaloksuz/aLRPLoss",
+    ("ap", "official"): "kemaloksuz/aLRPLoss",
+    ("ap", "BRL"): "blisgard/BucketedRankingBasedLosses",
+    ("rank_sort", "official"): "kemaloksuz/RankSortLoss",
+    ("rank_sort", "BRL"): "blisgard/BucketedRankingBasedLosses",
+}
+
+
+def _redirect_cuda(device: str) -> None:
+    """``Tensor.cuda()`` of the loaded code moves to ``device`` instead."""
+    torch.Tensor.cuda = lambda self, *args, **kwargs: self.to(device)  # type: ignore[method-assign]
+
+
+def _load_file(name: str, path: str, package: Optional[str] = None) -> types.ModuleType:
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path} does not exist: is the repository path right?")
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise FileNotFoundError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    if package is not None:
+        module.__package__ = package
+    spec.loader.exec_module(module)
+    return module
+
+
+def _load_registered(name: str, path: str) -> types.ModuleType:
+    """A loss file of an mmdetection fork that imports ``LOSSES`` from ``..builder``: its package is a
+    stub whose registry returns the classes unchanged."""
+    package = f"reference_{name}"
+    for part in (package, f"{package}.models", f"{package}.models.losses"):
+        module = types.ModuleType(part)
+        module.__path__ = []  # type: ignore[attr-defined]
+        sys.modules[part] = module
+    builder = types.ModuleType(f"{package}.models.builder")
+    builder.LOSSES = types.SimpleNamespace(  # type: ignore[attr-defined]
+        register_module=lambda *args, **kwargs: lambda cls: cls
+    )
+    sys.modules[f"{package}.models.builder"] = builder
+    return _load_file(f"{package}.models.losses.{name}", path, f"{package}.models.losses")
+
+
+def load_reference(loss: str, implementation: str, repo: str, device: str) -> Callable[..., Tuple[Tensor, ...]]:
+    """The reference ``loss`` ("alrp", "ap", "rank_sort") of ``implementation`` ("official",
+    "BRL") from the repository checkout ``repo``.
+
+    Returns:
+        "alrp": ``f(logits, labels, loc_errors, delta) -> (loss_cls, loss_loc)``, loss_loc as the
+        official head computes it from the returned ranks and order (the cumulative sum of the
+        sorted errors over the ranks); "ap": ``f(logits, labels, delta) -> (loss,)``;
+        "rank_sort": ``f(logits, targets, delta) -> (ranking_loss, sorting_loss)``.
+    """
+    if (loss, implementation) not in REFERENCES:
+        raise ValueError(f"no reference {implementation} {loss}: one of {sorted(REFERENCES)}")
+    _redirect_cuda(device)
+    if implementation == "official" and loss in ALRP_REPO_FILES:
+        module = _load_file(f"official_{loss}_loss", os.path.join(repo, ALRP_REPO_FILES[loss]))
+        if loss == "ap":
+            return lambda logits, labels, delta: (module.APLoss.apply(logits, labels, delta),)
+
+        def official_alrp(logits: Tensor, labels: Tensor, loc_errors: Tensor, delta: float) -> Tuple[Tensor, Tensor]:
+            loss_cls, rank, order = module.aLRPLoss.apply(logits, labels, loc_errors.detach(), delta)
+            ordered = loc_errors[order.detach()].flip(dims=[0])
+            loss_loc = (torch.cumsum(ordered, dim=0) / rank[order.detach()].detach().flip(dims=[0])).mean()
+            return loss_cls, loss_loc
+
+        return official_alrp
+    path = os.path.join(repo, RANKING_LOSSES_FILE)
+    if implementation == "official":
+        module = _load_file("official_ranking_losses", path)
+        return lambda logits, targets, delta: module.RankSort.apply(logits, targets, delta, 1e-10)
+    module = _load_registered("brl_ranking_losses", path)
+    if loss == "ap":
+        return lambda logits, labels, delta: (module.BucketedAPLoss.apply(logits, labels.float(), delta),)
+    return lambda logits, targets, delta: module.BucketedRankSort.apply(logits, targets, delta)
