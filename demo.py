@@ -18,8 +18,9 @@ SCORE_THRESH_TEST are never produced.
 
 An input that is missing or cannot be read or written is reported and skipped; the model is not
 loaded when no input names an image. Exit status: 0 when every input was drawn, 1 when some input
-failed, 2 for a usage error, an unusable threshold file or dataset, or weights that do not fit the
-config (nothing drawn).
+failed, 2 for a usage error, an unusable config, threshold file or dataset, or weights that cannot
+be read safely or do not fit the config (nothing drawn). ``--allow-unsafe-config`` loads a config
+whose YAML tags construct Python objects (detectron2's behaviour; only for trusted files).
 """
 
 from __future__ import annotations
@@ -41,10 +42,13 @@ from detectron2.utils.logger import setup_logger
 from detectron2.utils.visualizer import Visualizer
 from PIL import Image, UnidentifiedImageError
 
-from alrp_d2.checkpoint import AlrpPredictor, IncompatibleWeightsError
+from alrp_d2.checkpoint import AlrpPredictor, IncompatibleWeightsError, UnreadableCheckpointError
 from alrp_d2.config import setup_cfg
-from alrp_d2.data.user_datasets import add_dataset_argument, check_num_classes, register_user_datasets
+from alrp_d2.data.dataset_classes import check_dataset_classes
+from alrp_d2.data.image_errors import high_bit_depth_error
+from alrp_d2.data.user_datasets import add_dataset_argument, register_user_datasets
 from alrp_d2.evaluation import LRPThresholdPredictor
+from alrp_d2.safe_pickle import UnsafePickleError
 
 __all__ = [
     "IMAGE_EXTENSIONS",
@@ -121,9 +125,8 @@ def build_predictor(cfg: CfgNode, thresholds_path: Optional[str] = None, confide
     """A function from a BGR image to the detections to draw, on the CPU: those of
     :class:`LRPThresholdPredictor` with ``thresholds_path``, or else those at or above
     ``confidence``. Raises :class:`ThresholdError`, before building the model, for an unusable
-    threshold file, and IncompatibleWeightsError for weights that do not fit the config."""
-    if not cfg.MODEL.WEIGHTS:
-        logger.warning("MODEL.WEIGHTS is empty: drawing the detections of a randomly initialised model")
+    threshold file, and IncompatibleWeightsError for weights that do not fit the config (an empty
+    MODEL.WEIGHTS draws the detections of a randomly initialised model, with a warning)."""
     if thresholds_path is None:
         predictor = AlrpPredictor(cfg)
 
@@ -159,6 +162,9 @@ def _output_path(path: str, output_dir: str, written: Dict[str, str]) -> str:
 
 
 def _draw_one(path: str, target: str, predict: Predict, metadata: Metadata, scale: float) -> None:
+    bit_depth = high_bit_depth_error(path)
+    if bit_depth is not None:
+        raise _InputError(f"cannot read the image: {bit_depth}")
     try:
         image = read_image(path, format="BGR")
     except UnidentifiedImageError as error:
@@ -227,6 +233,11 @@ def get_parser() -> argparse.ArgumentParser:
     parser.add_argument("--scale", type=float, default=1.0, help="size of the drawn images relative to the inputs")
     add_dataset_argument(parser)
     parser.add_argument(
+        "--allow-unsafe-config",
+        action="store_true",
+        help="load a config whose YAML tags construct Python objects (runs code from the file: trusted files only)",
+    )
+    parser.add_argument(
         "--opts",
         default=[],
         nargs=argparse.REMAINDER,
@@ -243,17 +254,24 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     setup_logger(name="fvcore")
     setup_logger()
     setup_logger(name="alrp_d2")
-    cfg = setup_cfg(args.config_file, args.opts)
-    cfg.freeze()
     confidence = 0.5 if args.confidence_threshold is None else args.confidence_threshold
-    try:
-        check_num_classes(cfg, register_user_datasets(args.dataset))
-    except (FileNotFoundError, ValueError) as error:  # a --dataset that cannot be used
+    try:  # a config, --dataset or dataset classes that cannot be used
+        cfg = setup_cfg(args.config_file, args.opts, allow_unsafe=args.allow_unsafe_config)
+        cfg.freeze()
+        register_user_datasets(args.dataset)  # for the class names only: not evaluated
+        check_dataset_classes(cfg)
+    except (FileNotFoundError, ValueError) as error:
         logger.error("%s", error)
         return 2
     try:
         written, failed = run_demo(cfg, args.input, args.output, args.lrp_thresholds, confidence, args.scale)
-    except (ThresholdError, IncompatibleWeightsError, FileNotFoundError) as error:
+    except (
+        ThresholdError,
+        IncompatibleWeightsError,
+        UnreadableCheckpointError,
+        UnsafePickleError,
+        FileNotFoundError,
+    ) as error:
         logger.error("%s", error)
         return 2
     logger.info("Wrote %d image(s) to %s", len(written), args.output)

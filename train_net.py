@@ -9,40 +9,61 @@
         DATASETS.TRAIN '("my_train",)' DATASETS.TEST '("my_val",)' MODEL.RETINANET.NUM_CLASSES 3
 
 On a machine without GPUs, ``--num-gpus N`` runs N CPU workers that communicate with gloo.
-``--dataset NAME ANNOTATIONS_JSON IMAGE_DIR`` (repeatable) registers a COCO-format dataset; its
-number of categories must equal the model's number of classes. ``--resume`` continues the run of
-OUTPUT_DIR exactly (README, "Resume").
+``--dataset NAME ANNOTATIONS_JSON IMAGE_DIR`` (repeatable) registers a COCO-format dataset after
+validating its JSON; the classes of every dataset of DATASETS.TRAIN / TEST must be the model's and
+the same for all. ``--resume`` continues the run of OUTPUT_DIR exactly (README, "Resume").
+``--eval-only`` needs weights (MODEL.WEIGHTS, or --resume with a checkpoint in OUTPUT_DIR).
+``--allow-unsafe-config`` loads a config whose YAML tags construct Python objects (trusted files only).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 
 from detectron2.config import CfgNode
 from detectron2.engine import default_argument_parser, default_setup, launch
 from detectron2.evaluation import verify_results
 from detectron2.utils import comm
 
-from alrp_d2.checkpoint import AlrpCheckpointer
+from alrp_d2.checkpoint import LAST_CHECKPOINT, AlrpCheckpointer
 from alrp_d2.config import setup_cfg
 from alrp_d2.data import SHAPES_DATASETS, register_shapes_datasets
-from alrp_d2.data.user_datasets import add_dataset_argument, check_num_classes, register_user_datasets
+from alrp_d2.data.dataset_classes import check_dataset_classes
+from alrp_d2.data.user_datasets import add_dataset_argument, register_user_datasets
 from alrp_d2.engine import AlrpTrainer
 
 
 def prepare_datasets(cfg: CfgNode, args: argparse.Namespace) -> None:
-    """Registers the ``--dataset`` datasets (checking their number of classes) and generates the
-    synthetic dataset when the config uses it; run before the workers start and in each worker."""
-    check_num_classes(cfg, register_user_datasets(getattr(args, "dataset", None) or []))
+    """Validates and registers the ``--dataset`` datasets, generates the synthetic dataset when the
+    config uses it and checks the classes of every dataset of the config; run before the workers
+    start and in each worker."""
+    register_user_datasets(getattr(args, "dataset", None) or [], evaluated=cfg.DATASETS.TEST)
     if set(cfg.DATASETS.TRAIN + cfg.DATASETS.TEST) & set(SHAPES_DATASETS):
         register_shapes_datasets()
+    check_dataset_classes(cfg)
+
+
+def check_eval_only_weights(cfg: CfgNode, args: argparse.Namespace) -> None:
+    """``--eval-only`` evaluates trained weights: MODEL.WEIGHTS, or the checkpoint of OUTPUT_DIR with
+    ``--resume``; without either it would evaluate a randomly initialised model."""
+    if not args.eval_only or cfg.MODEL.WEIGHTS:
+        return
+    if args.resume and os.path.isfile(os.path.join(cfg.OUTPUT_DIR, LAST_CHECKPOINT)):
+        return
+    raise ValueError(
+        "--eval-only needs trained weights but MODEL.WEIGHTS is empty"
+        + ("" if args.resume else " (and --resume is not given)")
+        + f" and {cfg.OUTPUT_DIR} has no {LAST_CHECKPOINT}: add MODEL.WEIGHTS path/to/model_final.pth"
+    )
 
 
 def main(args: argparse.Namespace):
-    cfg = setup_cfg(args.config_file, args.opts)
+    cfg = setup_cfg(args.config_file, args.opts, allow_unsafe=getattr(args, "allow_unsafe_config", False))
     cfg.freeze()
     default_setup(cfg, args)
     prepare_datasets(cfg, args)
+    check_eval_only_weights(cfg, args)
 
     if args.eval_only:
         model = AlrpTrainer.build_model(cfg)
@@ -60,16 +81,23 @@ def main(args: argparse.Namespace):
 
 
 def get_parser() -> argparse.ArgumentParser:
-    """detectron2's training arguments plus ``--dataset``."""
+    """detectron2's training arguments plus ``--dataset`` and ``--allow-unsafe-config``."""
     parser = default_argument_parser(epilog=__doc__)
     add_dataset_argument(parser)
+    parser.add_argument(
+        "--allow-unsafe-config",
+        action="store_true",
+        help="load a config whose YAML tags construct Python objects (runs code from the file: trusted files only)",
+    )
     return parser
 
 
 if __name__ == "__main__":
     arguments = get_parser().parse_args()
     print("Command Line Args:", arguments)
-    prepare_datasets(setup_cfg(arguments.config_file, arguments.opts), arguments)
+    launcher_cfg = setup_cfg(arguments.config_file, arguments.opts, allow_unsafe=arguments.allow_unsafe_config)
+    prepare_datasets(launcher_cfg, arguments)
+    check_eval_only_weights(launcher_cfg, arguments)
     launch(
         main,
         arguments.num_gpus,

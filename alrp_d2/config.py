@@ -3,15 +3,25 @@
 from __future__ import annotations
 
 import ast
-from typing import List, Optional, Sequence
+import math
+from typing import Iterator, List, Optional, Sequence, Tuple
 
+import yaml
 from detectron2.config import CfgNode as CN
 from detectron2.config import get_cfg
 
 from .losses.global_ranking import RANKINGS
 from .losses.localisation_error import LOC_ERROR_KINDS
 
-__all__ = ["add_alrp_config", "setup_cfg", "validate_alrp_config", "require_config", "CLS_LOSSES", "MATCHERS"]
+__all__ = [
+    "add_alrp_config",
+    "setup_cfg",
+    "validate_alrp_config",
+    "require_config",
+    "UnsafeConfigError",
+    "CLS_LOSSES",
+    "MATCHERS",
+]
 
 CLS_LOSSES = ("alrp", "ap", "ap_interpolated")
 MATCHERS = ("iou", "atss")
@@ -146,14 +156,36 @@ def _dense_head_config(norm: str, focal_alpha: float, focal_gamma: float, score_
     return node
 
 
-def setup_cfg(config_file: Optional[str] = None, opts: Sequence[str] = ()) -> CN:
+# Keys of ours whose float values (also inside lists) must be finite numbers.
+FINITE_FLOAT_NODES = ("MODEL.ALRP", "INPUT.SSD", "MODEL.FOVEABOX", "MODEL.FCOS")
+# Solver periods that must be positive integers (0 divides by zero or never ends in detectron2 / fvcore).
+POSITIVE_SOLVER_KEYS = ("MAX_ITER", "CHECKPOINT_PERIOD", "LOG_PERIOD")
+
+
+class UnsafeConfigError(ValueError):
+    """A config file uses YAML tags that construct Python objects (they can run code)."""
+
+
+def setup_cfg(config_file: Optional[str] = None, opts: Sequence[str] = (), allow_unsafe: bool = False) -> CN:
     """detectron2's defaults, the aLRP keys, ``config_file`` and then the ``KEY VALUE`` pairs of
     ``opts`` (the one config entry point of train_net.py, demo.py, tests and benchmarks, as
-    detectron2's ``demo/demo.py:setup_cfg``). The result is not frozen."""
+    detectron2's ``demo/demo.py:setup_cfg``). The result is not frozen.
+
+    The file (and its ``_BASE_`` files) is read with ``yaml.safe_load``: a tag that constructs a
+    Python object (``!!python/object/apply:...``) raises :class:`UnsafeConfigError`, unless
+    ``allow_unsafe`` (train_net.py / demo.py ``--allow-unsafe-config``), which falls back to
+    detectron2's ``yaml.unsafe_load`` for such files."""
     cfg = get_cfg()
     add_alrp_config(cfg)
     if config_file:
-        cfg.merge_from_file(config_file)
+        try:
+            cfg.merge_from_file(config_file, allow_unsafe=allow_unsafe)
+        except yaml.constructor.ConstructorError as error:
+            raise UnsafeConfigError(
+                f"the config file {config_file} (or one of its _BASE_ files) uses a YAML tag that constructs a "
+                f"Python object, which can run code:\n{error}\nRemove the tag, or pass --allow-unsafe-config "
+                "(setup_cfg(..., allow_unsafe=True)) if you trust the file."
+            ) from error
     cfg.merge_from_list(_integers_as_floats(cfg, opts))
     validate_alrp_config(cfg)
     return cfg
@@ -185,8 +217,48 @@ def require_config(condition: bool, key: str, value, expectation: str) -> None:
         raise ValueError(f"Invalid config value {key}={value!r}: {expectation}")
 
 
+def _leaves(node: CN, prefix: str) -> Iterator[Tuple[str, object]]:
+    """(key, value) of every value under ``node``."""
+    for name, value in node.items():
+        key = f"{prefix}.{name}"
+        if isinstance(value, CN):
+            yield from _leaves(value, key)
+        else:
+            yield key, value
+
+
+def _finite(value: object) -> bool:
+    """Whether no float in ``value`` (a number or nested lists) is inf or nan."""
+    if isinstance(value, (list, tuple)):
+        return all(_finite(item) for item in value)
+    return not isinstance(value, float) or math.isfinite(value)
+
+
+def _validate_finite_floats(cfg: CN) -> None:
+    for path in FINITE_FLOAT_NODES:
+        node = cfg
+        for part in path.split("."):
+            node = node[part]
+        for key, value in _leaves(node, path):
+            require_config(_finite(value), key, value, "must be finite (not inf or nan)")
+
+
+def _validate_solver_periods(cfg: CN) -> None:
+    for name in POSITIVE_SOLVER_KEYS:
+        value = cfg.SOLVER[name]
+        require_config(
+            isinstance(value, int) and not isinstance(value, bool) and value >= 1,
+            f"SOLVER.{name}",
+            value,
+            "must be an integer >= 1",
+        )
+
+
 def validate_alrp_config(cfg: CN) -> None:
-    """Raises ValueError naming the key of the first invalid aLRP setting."""
+    """Raises ValueError naming the key of the first invalid aLRP setting: every float of our keys
+    is finite, the solver periods are positive, and each key is in its range."""
+    _validate_finite_floats(cfg)
+    _validate_solver_periods(cfg)
     alrp = cfg.MODEL.ALRP
     require_config(alrp.DELTA > 0, "MODEL.ALRP.DELTA", alrp.DELTA, "must be > 0")
     require_config(alrp.RPN_DELTA > 0, "MODEL.ALRP.RPN_DELTA", alrp.RPN_DELTA, "must be > 0")

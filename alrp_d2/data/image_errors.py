@@ -1,5 +1,6 @@
 """Image read errors that name the file, and an opt-in skip of unreadable training images
-(DATALOADER.SKIP_UNREADABLE_IMAGES)."""
+(DATALOADER.SKIP_UNREADABLE_IMAGES). Images of more than 8 bits per channel (16-bit PNG or TIFF,
+PIL modes I;16, I, F) count as unreadable: detectron2's ``read_image`` would clip them to white."""
 
 from __future__ import annotations
 
@@ -9,11 +10,18 @@ from typing import Any, Callable, Dict, Optional, Set
 from detectron2.data.detection_utils import SizeMismatchError
 from PIL import Image
 
-__all__ = ["UnreadableImageError", "ImageErrorGuard", "image_read_error"]
+__all__ = ["UnreadableImageError", "ImageErrorGuard", "high_bit_depth_error", "image_read_error"]
 
 logger = logging.getLogger(__name__)
 
 Mapper = Callable[[Dict[str, Any]], Optional[Dict[str, Any]]]
+
+HIGH_BIT_DEPTH_MODES = ("I", "F")  # and every "I;16..." mode
+TRAINING_HINT = "set DATALOADER.SKIP_UNREADABLE_IMAGES True to skip unreadable training images"
+EVALUATION_HINT = (
+    "evaluation reads every image (DATALOADER.SKIP_UNREADABLE_IMAGES applies to training only): "
+    "repair the file or remove it from the test set"
+)
 
 
 class UnreadableImageError(OSError):
@@ -31,32 +39,54 @@ def image_read_error(file_name: str) -> Optional[str]:
     return None
 
 
-class ImageErrorGuard:
-    """Wraps a dataset mapper. When the mapper fails on a dict whose image cannot be decoded, raises
-    :class:`UnreadableImageError` naming the file, or with ``skip`` returns None (detectron2's and
-    alrp_d2's loaders then take another sample), warning once per file with the running count.
-    Other errors, including detectron2's image-size mismatch with the JSON, propagate unchanged."""
+def high_bit_depth_error(file_name: str) -> Optional[str]:
+    """Why ``file_name`` cannot be used as an 8-bit image (its PIL mode has more bits per channel),
+    or None (also when it cannot be opened: :func:`image_read_error` says why)."""
+    try:
+        with Image.open(file_name) as image:
+            mode = image.mode
+    except Exception:  # opening errors are reported by the read itself
+        return None
+    if mode in HIGH_BIT_DEPTH_MODES or mode.startswith("I;16"):
+        return (
+            f"PIL mode {mode}: more than 8 bits per channel, which detectron2's read_image would clip to white; "
+            "convert the image to 8 bits per channel"
+        )
+    return None
 
-    def __init__(self, mapper: Mapper, skip: bool = False):
+
+class ImageErrorGuard:
+    """Wraps a dataset mapper. When the image of a dict has more than 8 bits per channel, or the
+    mapper fails on a dict whose image cannot be decoded, raises :class:`UnreadableImageError`
+    naming the file, or with ``skip`` returns None (detectron2's and alrp_d2's loaders then take
+    another sample), warning once per file with the running count. Other errors, including
+    detectron2's image-size mismatch with the JSON, propagate unchanged. ``training`` picks the
+    hint of the error (evaluation never skips)."""
+
+    def __init__(self, mapper: Mapper, skip: bool = False, training: bool = True):
+        if skip and not training:
+            raise ValueError("ImageErrorGuard: evaluation never skips images (skip=True needs training=True)")
         self.mapper = mapper
         self.skip = skip
+        self.hint = TRAINING_HINT if training else EVALUATION_HINT
         self.skipped: Set[str] = set()
 
     def __call__(self, dataset_dict: Dict[str, Any]) -> Optional[Dict[str, Any]]:
-        try:
-            return self.mapper(dataset_dict)
-        except SizeMismatchError:
-            raise
-        except Exception as error:
-            file_name = dataset_dict.get("file_name", "")
-            reason = image_read_error(file_name) if file_name else None
-            if reason is None:
+        file_name = dataset_dict.get("file_name", "")
+        reason = high_bit_depth_error(file_name) if file_name else None
+        cause: Optional[BaseException] = None
+        if reason is None:
+            try:
+                return self.mapper(dataset_dict)
+            except SizeMismatchError:
                 raise
-            if not self.skip:
-                raise UnreadableImageError(
-                    f"cannot read the image {file_name} ({reason}); set DATALOADER.SKIP_UNREADABLE_IMAGES True "
-                    "to skip unreadable training images"
-                ) from error
+            except Exception as error:
+                reason = image_read_error(file_name) if file_name else None
+                if reason is None:
+                    raise
+                cause = error
+        if not self.skip:
+            raise UnreadableImageError(f"cannot read the image {file_name} ({reason}); {self.hint}") from cause
         if file_name not in self.skipped:
             self.skipped.add(file_name)
             logger.warning(

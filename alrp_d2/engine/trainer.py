@@ -20,6 +20,7 @@ from detectron2.utils.file_io import PathManager
 
 from ..checkpoint import AlrpCheckpointer
 from ..data import build_alrp_mapper
+from ..data.dataset_classes import check_dataset_classes
 from ..data.image_errors import ImageErrorGuard
 from ..data.samplers import ResumableBatchSampler, build_resumable_train_loader, derived_seed
 from ..evaluation import COCOLRPEvaluator
@@ -79,6 +80,7 @@ class AlrpTrainer(DefaultTrainer):
     """
 
     def __init__(self, cfg: CfgNode):
+        check_dataset_classes(cfg)
         if not runs_cpu_workers(cfg):
             super().__init__(cfg)
             return
@@ -129,8 +131,15 @@ class AlrpTrainer(DefaultTrainer):
 
     @classmethod
     def build_test_loader(cls, cfg: CfgNode, dataset_name: str):
-        mapper = ImageErrorGuard(build_alrp_mapper(cfg, is_train=False))
+        mapper = ImageErrorGuard(build_alrp_mapper(cfg, is_train=False), training=False)
         return build_detection_test_loader(cfg, dataset_name, mapper=mapper)
+
+    @classmethod
+    def test(cls, cfg: CfgNode, model, evaluators=None):
+        """detectron2's ``DefaultTrainer.test`` after checking the classes of the datasets
+        (:func:`check_dataset_classes`)."""
+        check_dataset_classes(cfg)
+        return super().test(cfg, model, evaluators)
 
     @classmethod
     def build_evaluator(cls, cfg: CfgNode, dataset_name: str, output_folder: Optional[str] = None):
@@ -153,7 +162,8 @@ class AlrpTrainer(DefaultTrainer):
         :class:`DataPositionHook` with the resumable loader. The writers run every
         SOLVER.LOG_PERIOD iterations. The checkpointer (built before the hooks, which save with it)
         becomes an :class:`AlrpCheckpointer`: weights that do not fit the model are an error unless
-        MODEL.ALLOW_PARTIAL_WEIGHTS."""
+        MODEL.ALLOW_PARTIAL_WEIGHTS or they initialise the backbone, checkpoints are written atomically and
+        resuming falls back to the newest readable checkpoint."""
         self.checkpointer = AlrpCheckpointer.like(self.checkpointer, self.cfg.MODEL.ALLOW_PARTIAL_WEIGHTS)
         hook_list = super().build_hooks()
         hook_list = [  # DefaultTrainer's writer hook runs every 20 iterations; ours every LOG_PERIOD

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Dict, List, Optional, Sequence, Tuple
+from collections import Counter
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import detectron2.utils.comm as comm
 import numpy as np
@@ -45,17 +46,28 @@ def ap_at_iou(coco_eval: COCOeval, iou: float) -> float:
     return float(np.mean(valid) * 100) if valid.size else float("nan")
 
 
-def lrp_optimal_thresholds(class_names: Sequence[str], classes: Sequence[ClassResult]) -> Dict[str, Optional[float]]:
-    """Class name -> LRP-optimal score threshold, ``None`` for a class without ground truth or
-    without any true positive."""
+def lrp_optimal_thresholds(
+    class_ids: Sequence[int], class_names: Sequence[str], classes: Sequence[ClassResult]
+) -> Dict[int, Dict[str, Any]]:
+    """The LRP-threshold file's content: category id -> {"name", "threshold"}, the threshold
+    ``None`` for a class without ground truth or without any true positive. Keyed by id, so that
+    two classes of the same name cannot collide."""
     return {
-        name: (result.lrp.threshold if result.lrp is not None else None) for name, result in zip(class_names, classes)
+        int(class_id): {"name": name, "threshold": result.lrp.threshold if result.lrp is not None else None}
+        for class_id, name, result in zip(class_ids, class_names, classes)
     }
 
 
-def per_class_olrp(class_names: Sequence[str], classes: Sequence[ClassResult]) -> List[Tuple[str, float]]:
-    """``(class name, oLRP x100)`` of the classes with ground truth."""
-    return [(name, 100.0 * result.lrp.olrp) for name, result in zip(class_names, classes) if result.lrp is not None]
+def class_labels(class_ids: Sequence[int], class_names: Sequence[str]) -> List[str]:
+    """A unique label per class for result keys: its name, or ``<name> (id <id>)`` for a name that
+    several classes share."""
+    counts = Counter(class_names)
+    return [name if counts[name] == 1 else f"{name} (id {i})" for i, name in zip(class_ids, class_names)]
+
+
+def per_class_olrp(labels: Sequence[str], classes: Sequence[ClassResult]) -> List[Tuple[str, float]]:
+    """``(class label, oLRP x100)`` of the classes with ground truth."""
+    return [(label, 100.0 * result.lrp.olrp) for label, result in zip(labels, classes) if result.lrp is not None]
 
 
 def per_class_table(rows: List[Tuple[str, float]]) -> str:
@@ -67,8 +79,13 @@ class COCOLRPEvaluator(COCOEvaluator):
     """detectron2's COCOEvaluator whose ``results["bbox"]`` also holds ``oLRP``, ``oLRP_loc``,
     ``oLRP_FP``, ``oLRP_FN`` (x100, means over classes with ground truth; components over
     classes with a true positive), ``AP90`` (x100), ``rho`` (mean Spearman correlation between
-    scores and IoUs of the TPs, in [-1, 1]) and ``oLRP-<class name>``. The LRP-optimal score
-    threshold of every class is written to ``<output_dir>/lrp_optimal_thresholds.json``.
+    scores and IoUs of the TPs, in [-1, 1]) and ``oLRP-<class name>`` (``oLRP-<name> (id <id>)`` for a
+    name that several classes share). The LRP-optimal score threshold of every class is written to
+    ``<output_dir>/lrp_optimal_thresholds.json`` as {category id: {"name", "threshold"}}.
+
+    Empty cases give NaN with a warning naming the reason, never an error: no detection at all,
+    no ground truth in the test set (all LRP metrics), a class without ground truth (left out of
+    the means, threshold null).
 
     LRP reuses the COCOeval that computed AP: its matching at IoU 0.5 (area 'all', at most
     ``max_dets_per_image`` detections per image, 100 by default), read from ``evalImgs`` with
@@ -83,7 +100,8 @@ class COCOLRPEvaluator(COCOEvaluator):
             self._logger.warning("No predictions: LRP metrics are reported as NaN and no thresholds are saved.")
             results.update({metric: float("nan") for metric in LRP_METRICS})
             return results
-        results.update(self._lrp_results(coco_eval, self._category_names(coco_eval, class_names)))
+        class_ids = list(coco_eval.params.catIds)
+        results.update(self._lrp_results(coco_eval, class_ids, self._category_names(coco_eval, class_names)))
         return results
 
     @staticmethod
@@ -95,17 +113,17 @@ class COCOLRPEvaluator(COCOEvaluator):
             raise ValueError(f"{len(class_names)} class names for {len(cat_ids)} evaluated COCO categories")
         return list(class_names)
 
-    def _lrp_results(self, coco_eval: COCOeval, class_names: List[str]) -> Dict[str, float]:
+    def _lrp_results(self, coco_eval: COCOeval, class_ids: List[int], class_names: List[str]) -> Dict[str, float]:
         classes = evaluate_classes(detection_matches(coco_eval, LRP_TAU), LRP_TAU)
         summary = summarise(classes)
         summary["AP90"] = ap_at_iou(coco_eval, AP90_IOU)
         summary = {metric: summary[metric] for metric in LRP_METRICS}
         self._logger.info("LRP evaluation results for bbox (tau = 0.5): \n" + create_small_table(summary))
         self._log_undefined(summary, classes, class_names)
-        per_class = per_class_olrp(class_names, classes)
+        per_class = per_class_olrp(class_labels(class_ids, class_names), classes)
         if len(per_class) > 1:
             self._logger.info("Per-category bbox oLRP: \n" + per_class_table(per_class))
-        self._save_thresholds(lrp_optimal_thresholds(class_names, classes))
+        self._save_thresholds(lrp_optimal_thresholds(class_ids, class_names, classes))
         return {**summary, **{f"oLRP-{name}": olrp for name, olrp in per_class}}
 
     def _log_undefined(self, summary: Dict[str, float], classes: Sequence[ClassResult], class_names: List[str]) -> None:
@@ -119,7 +137,7 @@ class COCOLRPEvaluator(COCOEvaluator):
             if not np.isfinite(value):
                 self._logger.warning(f"{metric} is undefined and reported as NaN: {UNDEFINED_BECAUSE[metric]}.")
 
-    def _save_thresholds(self, thresholds: Dict[str, Optional[float]]) -> None:
+    def _save_thresholds(self, thresholds: Dict[int, Dict[str, Any]]) -> None:
         if not self._output_dir or not comm.is_main_process():
             return
         PathManager.mkdirs(self._output_dir)

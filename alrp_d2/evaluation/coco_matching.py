@@ -219,7 +219,8 @@ def matches_from_iou_matrices(coco_eval: COCOeval, iou_threshold: float = LRP_TA
     low, high = _area_all(coco_eval.params)
     outside = (flat.det_areas < low) | (flat.det_areas > high)
     has_match = matched >= 0
-    det_ignored = np.where(has_match, flat.gt_ignored[np.maximum(matched, 0)], outside)
+    det_ignored = outside.copy()
+    det_ignored[has_match] = flat.gt_ignored[matched[has_match]]
     return _build_matches(flat, matched, det_ignored, len(coco_eval.params.catIds))
 
 

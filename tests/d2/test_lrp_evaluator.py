@@ -4,6 +4,7 @@ predictor (threshold file, filtering, and a tiny randomly initialised RetinaNet)
 from __future__ import annotations
 
 import json
+import logging
 import math
 import uuid
 
@@ -78,8 +79,12 @@ def test_evaluator_reports_lrp_next_to_ap(hand_made_dataset, tmp_path, use_fast_
     assert {key: bbox[key] for key in expected} == pytest.approx(expected)
     assert "oLRP-cat_c" not in bbox  # no ground truth
     thresholds = json.loads((output_dir / LRP_THRESHOLDS_FILE).read_text())
-    assert thresholds == pytest.approx(HAND_EXPECTED_THRESHOLDS)
-    assert thresholds["cat_a"] == pytest.approx(HAND_EXPECTED_A.threshold)
+    # Keyed by category id, with the name alongside.
+    assert thresholds == {
+        str(i + 1): {"name": name, "threshold": pytest.approx(HAND_EXPECTED_THRESHOLDS[name])}
+        for i, name in enumerate(CLASS_NAMES)
+    }
+    assert thresholds["1"]["threshold"] == pytest.approx(HAND_EXPECTED_A.threshold)
 
 
 def test_evaluator_without_output_dir_or_predictions(hand_made_dataset, tmp_path):
@@ -177,3 +182,72 @@ def test_predictor_needs_matching_class_names(hand_made_dataset, tmp_path):
     cfg.DATASETS.TEST = ()
     with pytest.raises(ValueError, match="DATASETS.TEST is empty"):
         LRPThresholdPredictor(cfg, write_thresholds(tmp_path, {"cat_a": 0.3}))
+
+
+# ---- empty cases and classes that share a name ---------------------------------------------------
+
+
+def register_hand_made(tmp_path, change) -> str:
+    content = hand_made_coco_dict()
+    change(content)
+    json_file = tmp_path / f"{uuid.uuid4().hex}.json"
+    json_file.write_text(json.dumps(content))
+    name = f"lrp_variant_{uuid.uuid4().hex}"
+    register_coco_instances(name, {}, str(json_file), str(tmp_path))
+    DatasetCatalog.get(name)
+    return name
+
+
+@pytest.mark.parametrize("use_fast_impl", [True, False], ids=["COCOeval_opt", "pycocotools"])
+def test_a_test_set_without_ground_truth_gives_nan_with_warnings(tmp_path, use_fast_impl):
+    name = register_hand_made(tmp_path, lambda content: content.update(annotations=[]))
+    messages = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: messages.append(record.getMessage())  # type: ignore[method-assign]
+    logger = logging.getLogger("detectron2.evaluation.coco_evaluation")
+    logger.addHandler(handler)
+    try:
+        bbox = evaluate(name, str(tmp_path / "out"), use_fast_impl)["bbox"]
+    finally:
+        logger.removeHandler(handler)
+    assert all(math.isnan(bbox[key]) for key in ("oLRP", "oLRP_loc", "oLRP_FP", "oLRP_FN", "AP90", "rho"))
+    assert "oLRP is undefined and reported as NaN: no class has ground truth." in messages
+    saved = json.loads((tmp_path / "out" / LRP_THRESHOLDS_FILE).read_text())
+    assert [entry["threshold"] for entry in saved.values()] == [None, None, None]
+
+
+def share_a_name(content) -> None:
+    content["categories"][1]["name"] = "cat_a"  # ids 1 and 2 are both "cat_a"
+
+
+def test_classes_that_share_a_name_keep_their_own_results_and_thresholds(tmp_path):
+    name = register_hand_made(tmp_path, share_a_name)
+    bbox = evaluate(name, str(tmp_path / "out"))["bbox"]
+    assert bbox["oLRP-cat_a (id 1)"] == pytest.approx(66.0) and bbox["oLRP-cat_a (id 2)"] == pytest.approx(100.0)
+    path = str(tmp_path / "out" / LRP_THRESHOLDS_FILE)
+    saved = json.loads(open(path).read())
+    assert saved["1"] == {"name": "cat_a", "threshold": pytest.approx(0.5)} and saved["2"]["threshold"] is None
+    assert load_lrp_thresholds(path, ["cat_a", "cat_a", "cat_c"], [1, 2, 3]) == [pytest.approx(0.5), None, None]
+    cfg = tiny_retinanet_cfg(name)
+    assert LRPThresholdPredictor(cfg, path).class_thresholds == [pytest.approx(0.5), None, None]
+
+
+def test_a_name_keyed_file_is_refused_when_names_are_shared(tmp_path):
+    path = write_thresholds(tmp_path, {"cat_a": 0.3, "cat_c": 0.2})
+    with pytest.raises(ValueError, match=r"keys its thresholds by class name.*several classes named \['cat_a'\]"):
+        load_lrp_thresholds(path, ["cat_a", "cat_a", "cat_c"], [1, 2, 3])
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ({"1": {"name": "cat_b", "threshold": 0.5}, "2": {"name": "cat_a", "threshold": None},
+          "3": {"name": "cat_c", "threshold": None}}, "id 1 is 'cat_b' in the file but 'cat_a' in the dataset"),
+        ({"1": {"name": "cat_a", "threshold": 0.5}, "3": {"name": "cat_c", "threshold": None}}, r"missing \[2\]"),
+        ({"x": {"name": "cat_a", "threshold": 0.5}}, "key 'x' is not a category id"),
+        ({"1": {"name": "cat_a", "threshold": 0.5}, "cat_b": 0.2}, "mixes id-keyed entries"),
+    ],
+)  # fmt: skip
+def test_id_keyed_files_must_belong_to_the_classes(tmp_path, content, message):
+    with pytest.raises(ValueError, match=message):
+        load_lrp_thresholds(write_thresholds(tmp_path, content), CLASS_NAMES, [1, 2, 3])

@@ -63,6 +63,7 @@ def training_cfg(tmp_path, num_classes: int = 3):
     cfg.INPUT.MIN_SIZE_TRAIN, cfg.INPUT.MAX_SIZE_TRAIN = (IMAGE_SIZE,), IMAGE_SIZE
     cfg.SOLVER.IMS_PER_BATCH = 2
     cfg.DATALOADER.NUM_WORKERS = 0
+    cfg.DATASETS.TRAIN, cfg.DATASETS.TEST = (), ()
     cfg.OUTPUT_DIR = str(tmp_path / "output")
     return cfg
 

@@ -73,5 +73,6 @@ def test_single_process_uses_default_trainer_init(device, monkeypatch, tmp_path)
     monkeypatch.setattr(DefaultTrainer, "__init__", record)
     cfg = tiny_retinanet_cfg()
     cfg.MODEL.DEVICE = device
+    cfg.DATASETS.TRAIN = cfg.DATASETS.TEST = ()  # the tiny model has 3 classes, detectron2's COCO default 80
     AlrpTrainer(cfg)
     assert called == [device]

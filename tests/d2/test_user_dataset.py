@@ -16,7 +16,8 @@ from detectron2.data import DatasetCatalog, MetadataCatalog
 import demo as demo_module
 import train_net
 from alrp_d2.config import setup_cfg
-from alrp_d2.data.user_datasets import check_num_classes, register_user_datasets
+from alrp_d2.data.dataset_classes import check_dataset_classes
+from alrp_d2.data.user_datasets import register_user_datasets
 
 from .tiny_configs import tiny_retinanet_cfg
 
@@ -64,14 +65,15 @@ def test_registration_keeps_the_class_order_of_the_ids(coco_dataset):
 
 
 def test_class_count_must_match_the_config(coco_dataset):
-    counts = register_user_datasets([("ud_count", *coco_dataset)])
-    cfg = setup_cfg(None, ["DATASETS.TRAIN", '("ud_count",)', "MODEL.RETINANET.NUM_CLASSES", "5"])
+    register_user_datasets([("ud_count", *coco_dataset)])
+    cfg = setup_cfg(None, ["DATASETS.TRAIN", '("ud_count",)', "DATASETS.TEST", "()"])
     cfg.MODEL.META_ARCHITECTURE = "AlrpRetinaNet"
-    with pytest.raises(ValueError, match=r"'ud_count' has 3 categories but MODEL.RETINANET.NUM_CLASSES is 5"):
-        check_num_classes(cfg, counts)
+    cfg.MODEL.RETINANET.NUM_CLASSES = 5
+    with pytest.raises(ValueError, match=r"'ud_count' \(DATASETS.TRAIN\) has 3 categories but MODEL.RETINANET.NUM_"):
+        check_dataset_classes(cfg)
     cfg.MODEL.META_ARCHITECTURE = "GeneralizedRCNN"
     cfg.MODEL.ROI_HEADS.NUM_CLASSES = 3
-    check_num_classes(cfg, counts)
+    check_dataset_classes(cfg)
 
 
 def test_missing_files_are_named(coco_dataset, tmp_path):
@@ -101,7 +103,8 @@ def test_train_evaluate_and_draw_with_the_lrp_thresholds(coco_dataset, tmp_path)
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     thresholds = output / "inference" / "lrp_optimal_thresholds.json"
-    assert set(json.loads(thresholds.read_text())) == {"circle", "square", "cross"}
+    saved = json.loads(thresholds.read_text())
+    assert {key: entry["name"] for key, entry in saved.items()} == {"1": "circle", "3": "square", "7": "cross"}
 
     weights = str(output / "model_final.pth")
     args = train_net.get_parser().parse_args(
@@ -124,5 +127,5 @@ def test_class_count_mismatch_stops_the_command_line(coco_dataset, tmp_path):
         ["--config-file", str(REPO_ROOT / "configs/quickstart/alrp_retinanet_shapes.yaml"), *dataset,
          "DATASETS.TRAIN", '("my_other",)']
     )  # fmt: skip
-    with pytest.raises(ValueError, match="'my_other' has 3 categories but MODEL.RETINANET.NUM_CLASSES is 5"):
+    with pytest.raises(ValueError, match=r"'my_other' \(DATASETS.TRAIN\) has 3 categories but MODEL.RETINANET.NUM"):
         train_net.prepare_datasets(setup_cfg(args.config_file, args.opts), args)

@@ -1,0 +1,194 @@
+"""Validation of a COCO-format annotation file before detectron2 loads it (``--dataset``): every
+problem is reported with the file and the id of the image, annotation or category, instead of a
+bare ``KeyError`` later or a box that detectron2 would silently mirror, drop or stretch.
+
+Errors (the file is refused, all problems listed): a missing or ill-typed key of an image
+(``id``, ``file_name``, ``width``, ``height``), annotation (``id``, ``image_id``, ``category_id``,
+``bbox``) or category (``id``, ``name``); a bbox that is not 4 finite numbers or has a negative
+width or height; duplicate image, annotation or category ids and duplicate category names; an
+annotation whose image or category is not in the file; an ``ignore`` flag (detectron2 refuses it);
+in an evaluated dataset, an annotation without ``area`` or ``iscrowd`` (COCO evaluation needs them)
+or with a zero width or height (no detection could ever match it).
+Counted warning (detectron2's behaviour kept): in a training-only dataset, boxes with a zero width
+or height, which detectron2 drops from training.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections import Counter
+from typing import Any, Dict, List, Tuple
+
+from .dataset_classes import duplicate_classes
+
+__all__ = ["CocoJsonError", "check_coco_json"]
+
+logger = logging.getLogger(__name__)
+
+MAX_LISTED = 20
+
+
+class CocoJsonError(ValueError):
+    """The annotation file is not usable COCO; the message names the file and every bad entry."""
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_id(value: Any) -> bool:
+    return _is_int(value) or (isinstance(value, str) and value != "")
+
+
+def _label(kind: str, entry: Any, index: int) -> str:
+    if isinstance(entry, dict) and _is_id(entry.get("id")):
+        return f"{kind} id {entry['id']!r}"
+    return f"{kind}s[{index}]"
+
+
+def _listed(section: Any, key: str, problems: List[str], required: bool = True) -> List[Any]:
+    if section is None and not required:
+        return []
+    if not isinstance(section, list):
+        problems.append(f"'{key}' must be a list, got {type(section).__name__}")
+        return []
+    return section
+
+
+def _missing_keys(entry: Any, keys: Tuple[str, ...]) -> List[str]:
+    return [key for key in keys if key not in entry] if isinstance(entry, dict) else list(keys)
+
+
+def _duplicates(ids: List[Any], kind: str, problems: List[str]) -> None:
+    for value, count in Counter(ids).items():
+        if count > 1:
+            problems.append(f"{kind} id {value!r} appears {count} times")
+
+
+def _check_categories(content: Dict[str, Any], problems: List[str]) -> List[Tuple[int, str]]:
+    categories = []
+    entries = _listed(content.get("categories"), "categories", problems)
+    if not entries and not problems:
+        problems.append("'categories' is empty")
+    for index, entry in enumerate(entries):
+        label = _label("category", entry, index)
+        missing = _missing_keys(entry, ("id", "name"))
+        if missing:
+            problems.append(f"{label}: missing {missing}")
+        elif not _is_int(entry["id"]) or not isinstance(entry["name"], str):
+            problems.append(f"{label}: id must be an integer and name a string, got {entry['id']!r} {entry['name']!r}")
+        else:
+            categories.append((entry["id"], entry["name"]))
+    problems.extend(duplicate_classes(categories))
+    return sorted(categories)
+
+
+def _check_images(content: Dict[str, Any], problems: List[str]) -> set:
+    ids = []
+    for index, entry in enumerate(_listed(content.get("images"), "images", problems)):
+        label = _label("image", entry, index)
+        if isinstance(entry, dict) and _is_id(entry.get("id")):
+            ids.append(entry["id"])
+        elif isinstance(entry, dict) and "id" in entry:
+            problems.append(f"{label}: 'id' must be an integer or a string, got {entry['id']!r}")
+        missing = _missing_keys(entry, ("id", "file_name", "width", "height"))
+        if missing:
+            problems.append(f"{label}: missing {missing}")
+            continue
+        if not isinstance(entry["file_name"], str) or not entry["file_name"]:
+            problems.append(f"{label}: 'file_name' must be a non-empty string, got {entry['file_name']!r}")
+        if not all(_is_int(entry[k]) and entry[k] > 0 for k in ("width", "height")):
+            problems.append(f"{label}: width and height must be integers > 0: {entry['width']!r} {entry['height']!r}")
+    _duplicates(ids, "image", problems)
+    return set(ids)
+
+
+def _bbox_problem(bbox: Any, evaluated: bool) -> Tuple[str, bool]:
+    """(the problem of ``bbox`` or "", whether it is a zero-size box that training may drop)."""
+    if not isinstance(bbox, list) or len(bbox) != 4 or not all(_is_number(v) for v in bbox):
+        return f"bbox must be 4 numbers [x, y, width, height], got {bbox!r}", False
+    if not all(math.isfinite(v) for v in bbox):
+        return f"bbox {bbox!r} is not finite", False
+    if bbox[2] < 0 or bbox[3] < 0:
+        return f"bbox {bbox!r} has a negative width or height", False
+    if bbox[2] == 0 or bbox[3] == 0:
+        problem = f"bbox {bbox!r} has a zero width or height (no detection can match it in evaluation)"
+        return (problem, False) if evaluated else ("", True)
+    return "", False
+
+
+def _check_annotation(
+    entry: Any, label: str, image_ids: set, category_ids: set, evaluated: bool, problems: List[str]
+) -> bool:
+    """Appends the problems of one annotation; returns whether it is a zero-size training box."""
+    required = ("id", "image_id", "category_id", "bbox") + (("area", "iscrowd") if evaluated else ())
+    missing = _missing_keys(entry, required)
+    if missing:
+        problems.append(f"{label}: missing {missing}" + (" (COCO evaluation needs area and iscrowd)" * evaluated))
+        return False
+    where = f"{label} (image id {entry['image_id']!r})"
+    if not _is_id(entry["image_id"]) or entry["image_id"] not in image_ids:
+        problems.append(f"{where}: no image with this id in 'images'")
+    if not _is_int(entry["category_id"]) or entry["category_id"] not in category_ids:
+        problems.append(f"{where}: category_id {entry['category_id']!r} is not in 'categories'")
+    if entry.get("iscrowd", 0) not in (0, 1) or isinstance(entry.get("iscrowd"), bool):
+        problems.append(f"{where}: iscrowd must be 0 or 1, got {entry['iscrowd']!r}")
+    if "area" in entry and not (_is_number(entry["area"]) and math.isfinite(entry["area"]) and entry["area"] >= 0):
+        problems.append(f"{where}: area must be a finite number >= 0, got {entry['area']!r}")
+    if entry.get("ignore", 0):
+        problems.append(f"{where}: 'ignore' is not supported by detectron2 (use iscrowd)")
+    problem, zero_size = _bbox_problem(entry["bbox"], evaluated)
+    if problem:
+        problems.append(f"{where}: {problem}")
+    return zero_size
+
+
+def _check_annotations(
+    content: Dict[str, Any], image_ids: set, category_ids: set, evaluated: bool, problems: List[str]
+) -> List[str]:
+    """Appends the problems of the annotations; returns the labels of zero-size training boxes."""
+    ids, zero_size = [], []
+    for index, entry in enumerate(_listed(content.get("annotations"), "annotations", problems, required=False)):
+        label = _label("annotation", entry, index)
+        if isinstance(entry, dict) and _is_id(entry.get("id")):
+            ids.append(entry["id"])
+        if _check_annotation(entry, label, image_ids, category_ids, evaluated, problems):
+            zero_size.append(label)
+    _duplicates(ids, "annotation", problems)
+    return zero_size
+
+
+def check_coco_json(json_file: str, evaluated: bool = False) -> List[Tuple[int, str]]:
+    """Validates the COCO annotation file ``json_file`` (``evaluated``: the dataset is also in
+    DATASETS.TEST) and returns its (category id, name) sorted by id, the contiguous class order of
+    detectron2's ``load_coco_json``. Raises FileNotFoundError, or :class:`CocoJsonError` listing
+    every problem (module docstring); warns with a count for kept detectron2 behaviour."""
+    try:
+        with open(json_file) as f:
+            content = json.load(f)
+    except OSError as error:
+        raise FileNotFoundError(f"cannot read the annotation file {json_file}: {error.strerror}") from error
+    except json.JSONDecodeError as error:
+        raise CocoJsonError(f"{json_file} is not valid JSON: {error}") from error
+    if not isinstance(content, dict):
+        raise CocoJsonError(f"{json_file} must hold a COCO object with images, annotations and categories")
+    problems: List[str] = []
+    categories = _check_categories(content, problems)
+    image_ids = _check_images(content, problems)
+    zero_size = _check_annotations(content, image_ids, {i for i, _ in categories}, evaluated, problems)
+    if problems:
+        listed = "\n".join(f"  {problem}" for problem in problems[:MAX_LISTED])
+        more = f"\n  ... and {len(problems) - MAX_LISTED} more" if len(problems) > MAX_LISTED else ""
+        raise CocoJsonError(f"{json_file} has {len(problems)} problem(s):\n{listed}{more}")
+    if zero_size:
+        logger.warning(
+            f"{json_file}: {len(zero_size)} annotation(s) with a zero width or height, which detectron2 drops from "
+            f"training (e.g. {', '.join(zero_size[:5])})"
+        )
+    return categories

@@ -1,0 +1,153 @@
+"""The classes of the datasets a config trains and evaluates on (DATASETS.TRAIN and DATASETS.TEST),
+checked before training or evaluation: each has the model's number of classes, no duplicate
+category id or name, and all have the same classes in the same contiguous order, so that a test
+set whose category ids are permuted is never evaluated with swapped classes."""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+from collections import Counter
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from detectron2.config import CfgNode
+from detectron2.data import DatasetCatalog, MetadataCatalog
+
+__all__ = ["DatasetClasses", "check_dataset_classes", "dataset_classes", "duplicate_classes", "num_classes_key"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DatasetClasses:
+    """The classes of one dataset in contiguous order (class i of the model is ``names[i]``), with
+    the dataset's category ids (``ids[i]``; None when the metadata has no
+    ``thing_dataset_id_to_contiguous_id``, i.e. the contiguous ids are the dataset's)."""
+
+    dataset: str
+    names: Tuple[str, ...]
+    ids: Optional[Tuple[int, ...]]
+
+    def category_ids(self) -> Tuple[int, ...]:
+        """The category id of each class as detectron2's COCO evaluation writes it."""
+        return self.ids if self.ids is not None else tuple(range(len(self.names)))
+
+    def entries(self) -> List[Tuple[int, str]]:
+        """(category id, name) in class order."""
+        return list(zip(self.category_ids(), self.names))
+
+
+def duplicate_classes(entries: Sequence[Tuple[int, str]]) -> List[str]:
+    """One line per category id or name that appears more than once among (id, name) ``entries``,
+    naming the entries."""
+    lines = []
+    for position, kind in ((0, "id"), (1, "name")):
+        counts = Counter(entry[position] for entry in entries)
+        for value, count in counts.items():
+            if count > 1:
+                clashing = [{"id": i, "name": n} for i, n in entries if (i, n)[position] == value]
+                lines.append(f"category {kind} {value!r} appears {count} times: {clashing}")
+    return lines
+
+
+@functools.lru_cache(maxsize=16)
+def _json_categories(json_file: str, modified: int, size: int) -> Tuple[Tuple[int, str], ...]:
+    """(id, name) of the categories of a COCO annotation file sorted by id (detectron2's class
+    order); cached per file version (``modified``, ``size``)."""
+    with open(json_file) as f:
+        content = json.load(f)
+    categories = content.get("categories") if isinstance(content, dict) else None
+    if not isinstance(categories, list) or not all(
+        isinstance(c, dict) and {"id", "name"} <= set(c) for c in categories
+    ):
+        raise ValueError(f"{json_file} has no COCO 'categories' list of {{'id': ..., 'name': ...}} objects")
+    return tuple(sorted((c["id"], c["name"]) for c in categories))
+
+
+def dataset_classes(name: str) -> Optional[DatasetClasses]:
+    """The classes ``MetadataCatalog`` declares for dataset ``name`` (``thing_classes`` and
+    ``thing_dataset_id_to_contiguous_id``), or for a COCO dataset not loaded yet (only ``json_file``
+    in its metadata, e.g. ``register_coco_instances``) those of its annotation file, which
+    detectron2's ``load_coco_json`` will use; None when neither exists."""
+    metadata = MetadataCatalog.get(name)
+    names = metadata.get("thing_classes")
+    json_file = metadata.get("json_file")
+    if names is None and json_file and os.path.isfile(json_file):
+        stat = os.stat(json_file)
+        categories = _json_categories(json_file, stat.st_mtime_ns, stat.st_size)
+        return DatasetClasses(name, tuple(n for _, n in categories), tuple(i for i, _ in categories))
+    if names is None:
+        return None
+    id_map: Optional[Dict[int, int]] = metadata.get("thing_dataset_id_to_contiguous_id")
+    if not id_map:
+        return DatasetClasses(name, tuple(names), None)
+    by_class = {contiguous: dataset_id for dataset_id, contiguous in id_map.items()}
+    if sorted(by_class) != list(range(len(names))) or len(by_class) != len(id_map):
+        raise ValueError(
+            f"dataset {name!r}: thing_dataset_id_to_contiguous_id {id_map} does not map its category ids one to one "
+            f"onto the {len(names)} classes {list(names)}"
+        )
+    return DatasetClasses(name, tuple(names), tuple(by_class[i] for i in range(len(names))))
+
+
+def num_classes_key(cfg: CfgNode) -> str:
+    """The config key of the number of classes of cfg's detector."""
+    architecture = cfg.MODEL.META_ARCHITECTURE
+    if architecture == "GeneralizedRCNN":
+        return "MODEL.ROI_HEADS.NUM_CLASSES"
+    for family in ("FOVEABOX", "FCOS"):
+        if family in architecture.upper():
+            return f"MODEL.{family}.NUM_CLASSES"
+    return "MODEL.RETINANET.NUM_CLASSES"
+
+
+def _model_num_classes(cfg: CfgNode) -> Tuple[str, int]:
+    key = num_classes_key(cfg)
+    node = cfg
+    for part in key.split(".")[:-1]:
+        node = node[part]
+    return key, node.NUM_CLASSES
+
+
+def _same_classes(a: DatasetClasses, b: DatasetClasses) -> bool:
+    """Same names in the same order, and the same category ids where both datasets have their own."""
+    return a.names == b.names and (a.ids is None or b.ids is None or a.ids == b.ids)
+
+
+def check_dataset_classes(cfg: CfgNode) -> None:
+    """Raises ValueError, before training or evaluation, when a registered dataset of DATASETS.TRAIN
+    or DATASETS.TEST has another number of classes than the model (naming the key to set), has a
+    category id or name twice, or has other classes, or the same classes in another order, than the
+    first of them (showing both lists). A dataset whose metadata declares no classes
+    (:func:`dataset_classes`) is not checked (a warning says so); an unregistered name is left to
+    detectron2's error."""
+    key, expected = _model_num_classes(cfg)
+    checked: List[DatasetClasses] = []
+    roles = {name: "DATASETS.TEST" for name in cfg.DATASETS.TEST}
+    roles.update({name: "DATASETS.TRAIN" for name in cfg.DATASETS.TRAIN})
+    for name in dict.fromkeys(list(cfg.DATASETS.TRAIN) + list(cfg.DATASETS.TEST)):
+        if name not in DatasetCatalog.list():
+            continue
+        classes = dataset_classes(name)
+        if classes is None:
+            logger.warning(f"Dataset {name!r} declares no classes (no thing_classes or json_file): not checked")
+            continue
+        duplicates = duplicate_classes(classes.entries())
+        if duplicates:
+            raise ValueError(f"dataset {name!r} has duplicate categories:\n  " + "\n  ".join(duplicates))
+        if len(classes.names) != expected:
+            raise ValueError(
+                f"dataset {name!r} ({roles[name]}) has {len(classes.names)} categories but {key} is {expected}: "
+                f"add `{key} {len(classes.names)}` to the command line"
+            )
+        if checked and not _same_classes(checked[0], classes):
+            raise ValueError(
+                f"datasets {checked[0].dataset!r} and {name!r} have different classes (class i of the model is the "
+                f"i-th (category id, name)):\n  {checked[0].dataset}: {checked[0].entries()}\n  {name}: "
+                f"{classes.entries()}\nA model trained on one would be evaluated with swapped classes: give "
+                "both the same categories (same ids and names)."
+            )
+        checked.append(classes)
