@@ -16,7 +16,14 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from detectron2.config import CfgNode
 from detectron2.data import DatasetCatalog, MetadataCatalog
 
-__all__ = ["DatasetClasses", "check_dataset_classes", "dataset_classes", "duplicate_classes", "num_classes_key"]
+__all__ = [
+    "DatasetClasses",
+    "check_dataset_classes",
+    "dataset_classes",
+    "duplicate_classes",
+    "model_num_classes",
+    "num_classes_key",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -104,7 +111,8 @@ def num_classes_key(cfg: CfgNode) -> str:
     return "MODEL.RETINANET.NUM_CLASSES"
 
 
-def _model_num_classes(cfg: CfgNode) -> Tuple[str, int]:
+def model_num_classes(cfg: CfgNode) -> Tuple[str, int]:
+    """The config key of the number of classes of cfg's detector and its value."""
     key = num_classes_key(cfg)
     node = cfg
     for part in key.split(".")[:-1]:
@@ -124,7 +132,7 @@ def check_dataset_classes(cfg: CfgNode) -> None:
     first of them (showing both lists). A dataset whose metadata declares no classes
     (:func:`dataset_classes`) is not checked (a warning says so); an unregistered name is left to
     detectron2's error."""
-    key, expected = _model_num_classes(cfg)
+    key, expected = model_num_classes(cfg)
     checked: List[DatasetClasses] = []
     roles = {name: "DATASETS.TEST" for name in cfg.DATASETS.TEST}
     roles.update({name: "DATASETS.TRAIN" for name in cfg.DATASETS.TRAIN})

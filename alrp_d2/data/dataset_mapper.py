@@ -4,7 +4,7 @@ the SSD min-IoU crop needs (detectron2's mapper gives them only the image and se
 from __future__ import annotations
 
 import copy
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 from detectron2.config import CfgNode, configurable
@@ -13,6 +13,7 @@ from detectron2.data import transforms as T
 from detectron2.structures import BoxMode
 
 from .augmentation import build_ssd_augmentation
+from .dataset_classes import model_num_classes
 
 __all__ = ["AlrpDatasetMapper", "build_alrp_mapper"]
 
@@ -41,16 +42,34 @@ class AlrpDatasetMapper(DatasetMapper):
     """detectron2's ``DatasetMapper``; with ``boxes_to_augmentations`` (INPUT.SSD.ENABLED in training)
     the augmentations also get the boxes of all annotations (``AugInput.boxes``). detectron2's
     ``__call__`` does the rest: crowd annotations are dropped and boxes a crop removed (made empty)
-    are filtered by ``utils.filter_empty_instances``; an image may end with zero instances."""
+    are filtered by ``utils.filter_empty_instances``; an image may end with zero instances. In
+    training, an annotation whose class is not one of the model's ``num_classes`` is an error
+    naming the image (a dataset without class metadata is not checked before training)."""
 
     @configurable
-    def __init__(self, is_train: bool, *, boxes_to_augmentations: bool = False, **kwargs):
+    def __init__(
+        self,
+        is_train: bool,
+        *,
+        boxes_to_augmentations: bool = False,
+        num_classes: Optional[Tuple[str, int]] = None,
+        **kwargs,
+    ):
+        """
+        Args:
+            boxes_to_augmentations: give the augmentations the annotations' boxes.
+            num_classes: the config key and value of the model's number of classes (None: unchecked).
+            kwargs: :class:`detectron2.data.DatasetMapper` arguments.
+        """
         super().__init__(is_train, **kwargs)
         self.boxes_to_augmentations = boxes_to_augmentations
+        self.num_classes = num_classes
 
     @classmethod
     def from_config(cls, cfg: CfgNode, is_train: bool = True) -> Dict[str, Any]:
         ret = super().from_config(cfg, is_train)
+        if is_train:
+            ret["num_classes"] = model_num_classes(cfg)
         if cfg.INPUT.SSD.ENABLED:
             _check_ssd_compatible(cfg)
             ret["augmentations"] = build_ssd_augmentation(cfg, is_train)
@@ -60,6 +79,8 @@ class AlrpDatasetMapper(DatasetMapper):
     def __call__(self, dataset_dict: Dict[str, Any]) -> Dict[str, Any]:
         """detectron2's ``DatasetMapper.__call__`` on a shallow copy of this mapper whose augmentations
         receive the boxes of ``dataset_dict`` (a copy, so that the mapper holds no per-image state)."""
+        if self.num_classes is not None:
+            _check_classes(dataset_dict, *self.num_classes)
         if not self.boxes_to_augmentations:
             return super().__call__(dataset_dict)
         if "sem_seg_file_name" in dataset_dict:
@@ -69,6 +90,18 @@ class AlrpDatasetMapper(DatasetMapper):
             self.augmentations, _annotation_boxes(dataset_dict.get("annotations", []))
         )
         return super(AlrpDatasetMapper, mapper).__call__(dataset_dict)
+
+
+def _check_classes(dataset_dict: Dict[str, Any], key: str, num_classes: int) -> None:
+    """Every annotation's class is in [0, num_classes)."""
+    for annotation in dataset_dict.get("annotations", []):
+        category = annotation.get("category_id")
+        if not (isinstance(category, int) and 0 <= category < num_classes):
+            raise ValueError(
+                f"{dataset_dict.get('file_name', 'an image')}: an annotation has class {category!r}, not one of "
+                f"the model's {key}={num_classes} classes [0, {num_classes}); check the dataset's categories "
+                f"and {key}"
+            )
 
 
 def _check_ssd_compatible(cfg: CfgNode) -> None:

@@ -23,11 +23,14 @@ class PositiveTargets(NamedTuple):
         row: (P,) the row of each positive.
         label: (P,) its class.
         valid: (rows, 1) bool, False for the ignored rows (every class of them).
+        labels_in_range: 0-d bool, whether every row's label was a class, the background or
+            "ignored"; the loss is NaN otherwise (a class id beyond the model's classes).
     """
 
     row: Tensor
     label: Tensor
     valid: Tensor
+    labels_in_range: Tensor
 
     @staticmethod
     def of_labels(labels: Tensor, num_classes: int) -> PositiveTargets:
@@ -35,7 +38,8 @@ class PositiveTargets(NamedTuple):
         -1 for ignored. One host synchronisation: the number of positives."""
         labels = labels.reshape(-1)
         row = torch.nonzero((labels >= 0) & (labels < num_classes)).squeeze(1)
-        return PositiveTargets(row, labels[row], (labels >= 0).unsqueeze(1))
+        in_range = ((labels >= -1) & (labels <= num_classes)).all()
+        return PositiveTargets(row, labels[row], (labels >= 0).unsqueeze(1), in_range)
 
     @staticmethod
     def of_objectness(labels: Tensor) -> PositiveTargets:
@@ -43,7 +47,8 @@ class PositiveTargets(NamedTuple):
         objectness logit per row."""
         labels = labels.reshape(-1)
         row = torch.nonzero(labels == 1).squeeze(1)
-        return PositiveTargets(row, torch.zeros_like(row), (labels >= 0).unsqueeze(1))
+        in_range = ((labels >= -1) & (labels <= 1)).all()
+        return PositiveTargets(row, torch.zeros_like(row), (labels >= 0).unsqueeze(1), in_range)
 
     def flat_index(self, num_classes: int) -> Tensor:
         """Index of each positive's (row, label) logit in the flattened (rows, K) logits."""
@@ -76,7 +81,8 @@ class HeadRankingLoss(nn.Module):
     ranking (:mod:`alrp_d2.losses.global_ranking`).
 
     :meth:`forward` returns ``loss_<name>_cls`` and ``loss_<name>_loc`` (the latter times the
-    localisation weight), and keeps the step's unweighted :class:`RankingStatistics` as device
+    localisation weight; ``loss_<name>_cls`` is NaN when a label is out of range, so that training
+    stops with detectron2's FloatingPointError), and keeps the step's unweighted :class:`RankingStatistics` as device
     tensors until :meth:`take_statistics` reads them after the step: the loss itself makes the
     host wait only to select the relevant negatives.
     """
@@ -174,6 +180,8 @@ class HeadRankingLoss(nn.Module):
             eps = None if interpolated else self.eps
             ranking = ap_loss_indexed(logits, positive_index, targets.valid, self.delta, eps, group, interpolated)
             statistics = RankingStatistics(ranking.loss, global_mean(loc_errors, group), *ranking[1:])
+        loss_cls = torch.where(targets.labels_in_range, statistics.loss_cls, torch.nan)
+        statistics = statistics._replace(loss_cls=loss_cls)
         self._statistics = RankingStatistics(*(value.detach() for value in statistics))
         return {
             self.loss_names[0]: self.loss_weight * statistics.loss_cls,

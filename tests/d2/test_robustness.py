@@ -15,6 +15,7 @@ from detectron2.data.detection_utils import SizeMismatchError
 from detectron2.engine import default_argument_parser
 from detectron2.modeling import build_model
 from detectron2.structures import BoxMode
+from detectron2.utils.events import EventStorage
 from PIL import Image
 
 import demo as demo_module
@@ -27,7 +28,7 @@ from alrp_d2.data.shapes import SHAPES_CLASSES
 from alrp_d2.engine import AlrpTrainer
 from alrp_d2.evaluation import LRPThresholdPredictor
 
-from .tiny_configs import tiny_retinanet_cfg
+from .tiny_configs import instances, tiny_batch, tiny_faster_rcnn_cfg, tiny_retinanet_cfg
 
 IMAGE_SIZE = 64
 
@@ -227,3 +228,31 @@ def test_demo_refuses_weights_of_another_class_count(two_class_weights, images, 
     with pytest.raises(IncompatibleWeightsError) as error:
         demo_module.build_predictor(cfg)
     check_message(error.value, saved_shape, cfg)
+
+
+# ---- classes beyond the model's ------------------------------------------------------------------
+
+
+def test_mapper_names_the_image_with_a_class_beyond_the_model(images, tmp_path):
+    mapper = build_alrp_mapper(training_cfg(tmp_path, num_classes=3), is_train=True)
+    record = dataset_dict(images["good"])
+    assert len(mapper(record)["instances"]) == 1
+    record["annotations"][0]["category_id"] = 3
+    with pytest.raises(ValueError, match=r"good\.jpg: an annotation has class 3.*MODEL\.RETINANET\.NUM_CLASSES=3"):
+        mapper(record)
+
+
+@pytest.mark.parametrize("config", ["retinanet", "faster_rcnn"])
+def test_a_class_beyond_the_model_makes_the_ranking_loss_nan(config):
+    """Batches that bypass the mapper: a label beyond the background class K makes the loss NaN
+    (detectron2's trainer stops), never a silently different ranking. (Class K itself is
+    detectron2's background label after labelling: only the mapper can refuse it.)"""
+    cfg = tiny_retinanet_cfg() if config == "retinanet" else tiny_faster_rcnn_cfg()
+    model = build_model(cfg).train()
+    batch = tiny_batch()
+    with EventStorage():
+        assert all(torch.isfinite(value) for value in model(batch).values())
+        batch[0]["instances"] = instances([[10, 10, 50, 60], [60, 20, 120, 90]], [0, 4])
+        losses = model(batch)
+    name = "loss_retinanet_cls" if config == "retinanet" else "loss_box_cls"
+    assert torch.isnan(losses[name])
