@@ -270,19 +270,21 @@ def reduce_config(cfg, kind: str, backbone: Dict[str, Any]):
     return cfg
 
 
-CLASSIFIERS = ("retina_cls", "fovea_cls", "rpn_cls", "fc_cls")
+# Gains of the classification layers' random weights: logits with a standard deviation of about 2 (see randomise).
+CLASSIFIER_GAINS = {"retina_cls": 8.0, "fovea_cls": 8.0, "rpn_cls": 3.0, "fc_cls": 8.0}
 
 
 def randomise(model: nn.Module, seed: int) -> None:
     """Seeded random weights that keep activations O(1): conv / linear weights N(0, 1/fan_in), biases N(0, 0.1^2),
     BatchNorm weight U(0.5, 1.5), bias N(0, 0.1^2), running mean N(0, 0.1^2), running variance U(0.5, 2). The
-    classification layers get 8 times larger weights, so that the logits spread over several units (standard
-    deviation about 2): the ranking losses then see saturated and linear pairs alike, and scores cross the test
-    threshold."""
+    classification layers get larger weights (CLASSIFIER_GAINS), so that the logits spread over several units
+    (standard deviation about 2, below the float32 saturation of the sigmoid, where score ties would make the
+    official order arbitrary): the ranking losses then see saturated and linear pairs alike, and scores cross
+    the test threshold."""
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for module_name, module in model.named_modules():
-            gain = 8.0 if module_name.split(".")[-1] in CLASSIFIERS else 1.0
+            gain = CLASSIFIER_GAINS.get(module_name.split(".")[-1], 1.0)
             if isinstance(module, nn.modules.batchnorm._BatchNorm):
                 module.weight.copy_(torch.rand(module.weight.shape, generator=gen) + 0.5)
                 module.bias.copy_(torch.randn(module.bias.shape, generator=gen) * 0.1)
@@ -344,7 +346,8 @@ def exact_half_iou_box(official_cfg) -> torch.Tensor:
 
 
 def make_inputs(official_cfg) -> Dict[str, Any]:
-    """Images (2, 3, 64, 96) of N(0, 1) noise; image 0 is 60 x 90 and image 1 is 48 x 64 inside the padding.
+    """Normalised images (2, 3, 64, 96) of N(0, 1) noise: image 0 is 60 x 90 and image 1 is 48 x 64, padded with
+    zeros at the bottom and right (as mmdetection's Pad and collate after Normalize, and detectron2's ImageList).
 
     Image 0: a ground truth at exactly IoU 0.5 with a 45.25-pixel anchor; two small ground truths whose best anchor
     is the same anchor, the first with the higher IoU (the low-quality rule gives it to the later one); a box at the
@@ -353,6 +356,10 @@ def make_inputs(official_cfg) -> Dict[str, Any]:
     """
     gen = torch.Generator().manual_seed(TRAIN_SEED)
     images = torch.randn((2, 3, *IMAGE_SIZE), generator=gen)
+    images[0, :, 60:] = 0.0
+    images[0, :, :, 90:] = 0.0
+    images[1, :, 48:] = 0.0
+    images[1, :, :, 64:] = 0.0
     half_iou = exact_half_iou_box(official_cfg)
     gt_bboxes = [
         torch.stack(
@@ -378,10 +385,11 @@ def make_inputs(official_cfg) -> Dict[str, Any]:
     ]
     for meta in train_metas:
         meta["scale_factor"] = np.ones(4, dtype=np.float32)
-    # Test time: the images were resized from larger originals (mmdet's Resize keep_ratio scale factors).
+    # Test time: one image per batch (tools/test.py), padded alone (Pad size_divisor 32): the images were resized
+    # from larger originals (mmdet's Resize keep_ratio scale factors).
     test_metas = [
         {"img_shape": (60, 90, 3), "pad_shape": (64, 96, 3), "ori_shape": (75, 112, 3), "flip": False},
-        {"img_shape": (48, 64, 3), "pad_shape": (64, 96, 3), "ori_shape": (96, 128, 3), "flip": False},
+        {"img_shape": (48, 64, 3), "pad_shape": (64, 64, 3), "ori_shape": (96, 128, 3), "flip": False},
     ]
     for meta in test_metas:
         h, w = meta["img_shape"][:2]
@@ -394,6 +402,12 @@ def make_inputs(official_cfg) -> Dict[str, Any]:
         "train_metas": train_metas,
         "test_metas": test_metas,
     }
+
+
+def padded_test_image(inputs: Dict[str, Any], index: int) -> torch.Tensor:
+    """Image ``index`` alone, in its own padded shape (test batches of one image)."""
+    height, width = inputs["test_metas"][index]["pad_shape"][:2]
+    return inputs["images"][index : index + 1, :, :height, :width]
 
 
 def metas_record(metas: Sequence[Dict[str, Any]]) -> Dict[str, torch.Tensor]:
@@ -568,7 +582,7 @@ def run_dense(model, inputs, kind: str) -> Dict[str, Any]:
     test: Dict[str, Any] = {"rescale_false": [], "rescale_true": []}
     with torch.no_grad():
         for i, meta in enumerate(inputs["test_metas"]):
-            _, neck = features(model, inputs["images"][i : i + 1])
+            _, neck = features(model, padded_test_image(inputs, i))
             outs = head(neck)
             for rescale in (False, True):
                 ((boxes, labels),) = head.get_bboxes(*outs, [meta], rescale=rescale)
@@ -651,7 +665,7 @@ def run_two_stage(model, inputs) -> Dict[str, Any]:
                 recorder.hook_module(roi.bbox_roi_extractor, "roi_features", live, first_input=1),
                 recorder.hook_module(roi.bbox_head, "box_head", live, first_input=1),
             ]
-            _, neck = features(model, inputs["images"][i : i + 1])
+            _, neck = features(model, padded_test_image(inputs, i))
             proposals = rpn.simple_test_rpn(neck, [meta])
             test["proposals"].append(plain(proposals[0]))
             for rescale in (False, True):

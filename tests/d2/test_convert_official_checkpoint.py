@@ -133,6 +133,7 @@ def project_cfg_for(fixture: Dict):
     if name == "faster_rcnn_ce":
         cfg = reduced_project_cfg("configs/alrp_faster_rcnn_R50_FPN_500.yaml", reduction)
         cfg.MODEL.PROPOSAL_GENERATOR.NAME = "RPN"
+        cfg.MODEL.RPN.BBOX_REG_WEIGHTS = (1.0, 1.0, 1.0, 1.0)
         cfg.MODEL.ROI_HEADS.NAME = "StandardROIHeads"
         return cfg
     official_config = next(iter(fixture["variants"].values()))["official_config"]
@@ -270,11 +271,12 @@ def test_command_line_writes_a_checkpoint_detectron2_loads(tmp_path):
 
     # From its config text the tool takes the reduced network for the published one, whose widths differ: it
     # stops, naming the shapes, and asks for --config.
-    refused = subprocess.run([sys.executable, tool, official_path, output], capture_output=True, text=True)
-    assert refused.returncode != 0 and not output.exists()
-    assert "alrp_loss_retinanet_r50_fpn_100e_coco500.py" in refused.stderr
-    assert "head.cls_score.weight: (480, 8, 3, 3) converted, (480, 256, 3, 3) in the model" in refused.stderr
-    assert "pass --config" in refused.stderr
+    with pytest.raises(SystemExit) as refused:
+        converter.main([str(official_path), str(output)])
+    message = str(refused.value)
+    assert not output.exists() and "alrp_loss_retinanet_r50_fpn_100e_coco500.py" in message
+    assert "head.cls_score.weight: (480, 8, 3, 3) converted, (480, 256, 3, 3) in the model" in message
+    assert "pass --config" in message
 
     done = subprocess.run(
         [sys.executable, tool, official_path, output, "--config", config], capture_output=True, text=True
@@ -315,3 +317,12 @@ def test_checkpoint_without_config_needs_one(tmp_path):
     torch.save({"state_dict": {"backbone.conv1.weight": torch.zeros(1)}, "meta": {}}, path)
     with pytest.raises(converter.ConversionError, match="pass --config"):
         converter.convert_checkpoint(str(path), str(tmp_path / "out.pth"))
+
+
+def test_config_option_names_the_official_config_or_a_project_config(tmp_path):
+    path, model = converter.resolve_project_config({}, "alrp_loss_retinanet_r50_fpn_ATSS_100e_coco500.py")
+    assert path == str(REPO_ROOT / "configs" / "alrp_R50_ATSS_500.yaml") and model.config.startswith("alrp_loss")
+    project = str(REPO_ROOT / "configs" / "alrp_R50_500.yaml")
+    assert converter.resolve_project_config({"config": "model = dict(type='RetinaNet')"}, project) == (project, None)
+    with pytest.raises(converter.ConversionError, match="not a published official config"):
+        converter.resolve_project_config({}, "retinanet_r50_fpn_1x_coco.py")
