@@ -25,6 +25,8 @@ from detectron2.checkpoint import DetectionCheckpointer
 from detectron2.modeling import META_ARCH_REGISTRY, build_model
 from torch import Tensor
 
+from alrp_d2.checkpoint import AlrpCheckpointer
+
 from .official_fixtures import KEYSET_DIR, REPO_ROOT, inputs, load_converter, load_keyset, network, reduced_project_cfg
 
 converter = load_converter()
@@ -288,8 +290,9 @@ def test_command_line_writes_a_checkpoint_detectron2_loads(tmp_path):
     cfg.MODEL.DEVICE = "cpu"
     model = build_model(cfg)
     checkpoint = torch.load(output, weights_only=True)
-    incompatible = DetectionCheckpointer(model)._load_model(checkpoint)
+    incompatible = DetectionCheckpointer(model)._load_model(checkpoint)  # what load() reports only in its log
     assert not incompatible.missing_keys and not incompatible.unexpected_keys and not incompatible.incorrect_shapes
+    AlrpCheckpointer(model).load(str(output))  # the loader of train_net.py --eval-only and AlrpPredictor
     official_cls = fixture["official_state_dict"]["bbox_head.retina_cls.weight"]
     ours_cls = model.head.cls_score.weight.detach()
     # Our anchor 1 (size 32, ratio 1) is official anchor 2 (ratio 1, scale 1) of 80 classes each.
