@@ -2,11 +2,11 @@
 
 Filled shapes of five classes, 14-64 px, random saturated colours, on textured backgrounds (gradient,
 low-frequency noise, distractor lines and blurred blobs, pixel noise). 1-6 objects per image with
-limited occlusion, tight boxes of the visible pixels. Every 50th image (2%) has no object and every
-20th image (5%) has one crowd region (``iscrowd=1``: a cluster of small shapes), so any 50 consecutive
-images exercise both. Generated deterministically (one seed per split) on first use into
-``<root>/shapes``, atomically, and registered as ``shapes_train`` / ``shapes_val`` in detectron2's
-catalogs.
+limited occlusion, tight boxes and instance masks (COCO RLE, exact) of the visible pixels. Every 50th
+image (2%) has no object and every 20th image (5%) has one crowd region (``iscrowd=1``: a cluster of
+small shapes), so any 50 consecutive images exercise both. Generated deterministically (one seed per
+split) on first use into ``<root>/shapes``, atomically, and registered as ``shapes_train`` /
+``shapes_val`` in detectron2's catalogs.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import cv2
 import numpy as np
 from detectron2.data import DatasetCatalog, MetadataCatalog
 from detectron2.data.datasets import load_coco_json
+from pycocotools import mask as mask_util
 
 __all__ = [
     "SHAPES_CLASSES",
@@ -54,6 +55,9 @@ _MAX_OCCLUDED_FRACTION = 0.25
 _MIN_VISIBLE_AREA = 40
 _PLACEMENT_TRIALS = 20
 _JPEG_QUALITY = 92
+#: Version of the files: 2 added the instance masks. A dataset of another version is regenerated
+#: (the same images: the masks take nothing from the random stream).
+_FORMAT_VERSION = 2
 
 
 def default_datasets_root() -> str:
@@ -215,10 +219,13 @@ def _paint_objects(rng: np.random.Generator, index: int, image: np.ndarray, owne
 
 
 def _annotation(visible_mask: np.ndarray, class_id: int, iscrowd: int) -> Dict[str, Any]:
-    """COCO annotation (without ids) of an object from its visible pixels."""
+    """COCO annotation (without ids) of an object from its visible pixels: the tight box and the
+    pixels themselves as compressed RLE (exact, holes included: a ring's, or an occluder's)."""
     area = int(visible_mask.sum())
     bbox = _tight_box(visible_mask) if area else [0, 0, 0, 0]
-    return {"category_id": class_id + 1, "bbox": bbox, "area": area, "iscrowd": iscrowd}
+    rle = mask_util.encode(np.asfortranarray(visible_mask.astype(np.uint8)))
+    segmentation = {"size": [int(v) for v in rle["size"]], "counts": rle["counts"].decode("ascii")}
+    return {"category_id": class_id + 1, "bbox": bbox, "area": area, "iscrowd": iscrowd, "segmentation": segmentation}
 
 
 def _place_shape(
@@ -258,7 +265,7 @@ def _write_split(base: str, split: str, num_images: int, seed: int, image_size: 
         for obj in objects:
             annotations.append({"id": len(annotations) + 1, "image_id": image_id, **obj})
     coco = {
-        "info": {"description": f"alrp_d2 synthetic shapes, split {split}, seed {seed}"},
+        "info": {"description": f"alrp_d2 synthetic shapes, split {split}, seed {seed}", "version": _FORMAT_VERSION},
         "licenses": [],
         "images": images,
         "annotations": annotations,
@@ -272,14 +279,24 @@ def _is_complete(root: str, splits: Mapping[str, int]) -> bool:
     return all(os.path.isfile(shapes_paths(root, split)[0]) for split in splits)
 
 
+def _is_current(root: str, splits: Mapping[str, int]) -> bool:
+    """Whether every split's annotation file is of :data:`_FORMAT_VERSION`."""
+    for split in splits:
+        with open(shapes_paths(root, split)[0]) as f:
+            if json.load(f).get("info", {}).get("version") != _FORMAT_VERSION:
+                return False
+    return True
+
+
 def prepare_shapes_dataset(
     root: Optional[str] = None, num_images: Optional[Mapping[str, int]] = None, image_size: int = _IMAGE_SIZE
 ) -> str:
     """Generates the shapes dataset into ``<root>/shapes`` unless it exists; returns that directory.
 
     ``num_images`` maps split -> image count (default ``SHAPES_SPLIT_SIZES``); an existing complete
-    dataset is reused as is. The files are written into a temporary directory next to the target and
-    renamed into place, so concurrent processes never see (or leave) a partial dataset.
+    dataset of the current format is reused as is, one of an older format (without masks) is
+    regenerated. The files are written into a temporary directory next to the target and renamed
+    into place, so concurrent processes never see (or leave) a partial dataset.
     """
     root = _resolve_root(root)
     num_images = dict(SHAPES_SPLIT_SIZES if num_images is None else num_images)
@@ -292,7 +309,9 @@ def prepare_shapes_dataset(
     if os.path.isdir(target):
         if not _is_complete(root, num_images):
             raise RuntimeError(f"Incomplete shapes dataset at {target}: delete this directory to regenerate it")
-        return target
+        if _is_current(root, num_images):
+            return target
+        logger.info("The shapes dataset at %s has no instance masks: regenerating it", target)
     os.makedirs(root, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=".shapes-tmp-", dir=root)
     try:
@@ -307,7 +326,16 @@ def prepare_shapes_dataset(
 
 
 def _publish(staging: str, target: str) -> None:
-    """Atomically renames ``staging`` to ``target``; if another process published first, keeps its copy."""
+    """Atomically renames ``staging`` to ``target`` (moving an outdated ``target`` aside first); if
+    another process published first, keeps its copy."""
+    if os.path.isdir(target):
+        outdated = tempfile.mkdtemp(prefix=".shapes-outdated-", dir=os.path.dirname(target))
+        try:
+            os.replace(target, os.path.join(outdated, "shapes"))
+        except OSError:
+            pass  # another process moved it first
+        finally:
+            shutil.rmtree(outdated, ignore_errors=True)
     try:
         os.replace(staging, target)
     except OSError:

@@ -20,6 +20,8 @@ from .coco_matching import detection_matches
 from .lrp_metric import LRP_TAU, ClassResult, evaluate_classes, summarise
 
 LRP_THRESHOLDS_FILE = "lrp_optimal_thresholds.json"
+#: The tasks that get LRP metrics, and the file of their LRP-optimal thresholds.
+LRP_THRESHOLD_FILES = {"bbox": LRP_THRESHOLDS_FILE, "segm": "lrp_optimal_thresholds_segm.json"}
 AP90_IOU = 0.9
 LRP_METRICS = ("oLRP", "oLRP_loc", "oLRP_FP", "oLRP_FN", "AP90", "rho")
 UNDEFINED_BECAUSE = {
@@ -76,7 +78,8 @@ def per_class_table(rows: List[Tuple[str, float]]) -> str:
 
 
 class COCOLRPEvaluator(COCOEvaluator):
-    """detectron2's COCOEvaluator whose ``results["bbox"]`` also holds ``oLRP``, ``oLRP_loc``,
+    """detectron2's COCOEvaluator whose ``results["bbox"]`` (and ``results["segm"]`` for instance
+    masks, with the masks' IoUs, as the official LRP code evaluates segmentation) also holds ``oLRP``, ``oLRP_loc``,
     ``oLRP_FP``, ``oLRP_FN`` (x100, means over classes with ground truth; components over
     classes with a true positive), ``AP90`` (x100), ``rho`` (mean Spearman correlation between
     scores and IoUs of the TPs, in [-1, 1]) and ``oLRP-<class name>`` (``oLRP-<name> (id <id>)`` for a
@@ -94,14 +97,17 @@ class COCOLRPEvaluator(COCOEvaluator):
 
     def _derive_coco_results(self, coco_eval, iou_type, class_names=None):
         results = super()._derive_coco_results(coco_eval, iou_type, class_names=class_names)
-        if iou_type != "bbox":
+        if iou_type not in LRP_THRESHOLD_FILES:
             return results
         if coco_eval is None:
-            self._logger.warning("No predictions: LRP metrics are reported as NaN and no thresholds are saved.")
+            self._logger.warning(
+                f"No predictions: {iou_type} LRP metrics are reported as NaN and no thresholds are saved."
+            )
             results.update({metric: float("nan") for metric in LRP_METRICS})
             return results
         class_ids = list(coco_eval.params.catIds)
-        results.update(self._lrp_results(coco_eval, class_ids, self._category_names(coco_eval, class_names)))
+        class_names = self._category_names(coco_eval, class_names)
+        results.update(self._lrp_results(coco_eval, iou_type, class_ids, class_names))
         return results
 
     @staticmethod
@@ -113,17 +119,19 @@ class COCOLRPEvaluator(COCOEvaluator):
             raise ValueError(f"{len(class_names)} class names for {len(cat_ids)} evaluated COCO categories")
         return list(class_names)
 
-    def _lrp_results(self, coco_eval: COCOeval, class_ids: List[int], class_names: List[str]) -> Dict[str, float]:
+    def _lrp_results(
+        self, coco_eval: COCOeval, iou_type: str, class_ids: List[int], class_names: List[str]
+    ) -> Dict[str, float]:
         classes = evaluate_classes(detection_matches(coco_eval, LRP_TAU), LRP_TAU)
         summary = summarise(classes)
         summary["AP90"] = ap_at_iou(coco_eval, AP90_IOU)
         summary = {metric: summary[metric] for metric in LRP_METRICS}
-        self._logger.info("LRP evaluation results for bbox (tau = 0.5): \n" + create_small_table(summary))
+        self._logger.info(f"LRP evaluation results for {iou_type} (tau = 0.5): \n" + create_small_table(summary))
         self._log_undefined(summary, classes, class_names)
         per_class = per_class_olrp(class_labels(class_ids, class_names), classes)
         if len(per_class) > 1:
-            self._logger.info("Per-category bbox oLRP: \n" + per_class_table(per_class))
-        self._save_thresholds(lrp_optimal_thresholds(class_ids, class_names, classes))
+            self._logger.info(f"Per-category {iou_type} oLRP: \n" + per_class_table(per_class))
+        self._save_thresholds(lrp_optimal_thresholds(class_ids, class_names, classes), LRP_THRESHOLD_FILES[iou_type])
         return {**summary, **{f"oLRP-{name}": olrp for name, olrp in per_class}}
 
     def _log_undefined(self, summary: Dict[str, float], classes: Sequence[ClassResult], class_names: List[str]) -> None:
@@ -137,11 +145,11 @@ class COCOLRPEvaluator(COCOEvaluator):
             if not np.isfinite(value):
                 self._logger.warning(f"{metric} is undefined and reported as NaN: {UNDEFINED_BECAUSE[metric]}.")
 
-    def _save_thresholds(self, thresholds: Dict[int, Dict[str, Any]]) -> None:
+    def _save_thresholds(self, thresholds: Dict[int, Dict[str, Any]], file_name: str) -> None:
         if not self._output_dir or not comm.is_main_process():
             return
         PathManager.mkdirs(self._output_dir)
-        path = os.path.join(self._output_dir, LRP_THRESHOLDS_FILE)
+        path = os.path.join(self._output_dir, file_name)
         with PathManager.open(path, "w") as f:
             json.dump(thresholds, f, indent=2)
         self._logger.info(f"Saved LRP-optimal score thresholds to {path}")

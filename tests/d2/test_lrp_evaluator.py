@@ -251,3 +251,42 @@ def test_a_name_keyed_file_is_refused_when_names_are_shared(tmp_path):
 def test_id_keyed_files_must_belong_to_the_classes(tmp_path, content, message):
     with pytest.raises(ValueError, match=message):
         load_lrp_thresholds(write_thresholds(tmp_path, content), CLASS_NAMES, [1, 2, 3])
+
+
+def box_mask(box, size=200) -> np.ndarray:
+    """The pixels of an integer XYWH box."""
+    x, y, w, h = (int(v) for v in box)
+    mask = np.zeros((size, size), dtype=bool)
+    mask[y : y + h, x : x + w] = True
+    return mask
+
+
+@pytest.mark.parametrize("use_fast_impl", [True, False], ids=["COCOeval_opt", "pycocotools"])
+def test_segm_lrp_with_box_shaped_masks_equals_bbox_lrp(tmp_path, use_fast_impl):
+    """Masks filling integer boxes have the boxes' IoUs: the segm LRP metrics and thresholds equal
+    the bbox ones (the matching, the components, rho and AP90 all come from the masks' IoUs)."""
+    from pycocotools import mask as mask_util
+
+    def with_masks(content) -> None:
+        for annotation in content["annotations"]:
+            rle = mask_util.encode(np.asfortranarray(box_mask(annotation["bbox"])))
+            annotation["segmentation"] = {"size": rle["size"], "counts": rle["counts"].decode()}
+
+    name = register_hand_made(tmp_path, with_masks)
+    detections = [(i, c, [round(v) for v in b], s) for i, c, b, s in HAND_DETECTIONS]
+    inputs, outputs = hand_made_outputs(detections)
+    for output, image_id in zip(outputs, (1, 2)):
+        boxes = [b for i, _, b, _ in detections if i == image_id]
+        output["instances"].pred_masks = torch.from_numpy(np.stack([box_mask(b) for b in boxes]))
+    evaluator = COCOLRPEvaluator(
+        name, tasks=("bbox", "segm"), output_dir=str(tmp_path / "out"), distributed=False, use_fast_impl=use_fast_impl
+    )
+    evaluator.reset()
+    evaluator.process(inputs, outputs)
+    results = evaluator.evaluate()
+    keys = ("oLRP", "oLRP_loc", "oLRP_FP", "oLRP_FN", "AP90", "rho", "oLRP-cat_a", "oLRP-cat_b")
+    assert {k: results["segm"][k] for k in keys} == pytest.approx({k: results["bbox"][k] for k in keys})
+    assert results["segm"]["oLRP-cat_a"] != pytest.approx(100.0)  # the masks do match
+    bbox_thresholds = json.loads((tmp_path / "out" / LRP_THRESHOLDS_FILE).read_text())
+    segm_thresholds = json.loads((tmp_path / "out" / "lrp_optimal_thresholds_segm.json").read_text())
+    assert segm_thresholds == bbox_thresholds

@@ -1,7 +1,9 @@
 """The embedded synthetic "shapes" dataset (alrp_d2.data.shapes)."""
 
+import json
 import os
 
+import numpy as np
 import pytest
 from detectron2.data import DatasetCatalog, MetadataCatalog
 from detectron2.data.datasets import load_coco_json
@@ -148,3 +150,43 @@ def test_incomplete_dataset_and_bad_arguments_raise(tmp_path):
         prepare_shapes_dataset(str(tmp_path / "other"), num_images={"test": 3})
     with pytest.raises(ValueError, match="image_size=64"):
         prepare_shapes_dataset(str(tmp_path / "other"), num_images=SMALL, image_size=64)
+
+
+def test_instance_masks_are_the_visible_pixels(small_root):
+    """Every annotation's mask has the annotation's area and tight box; the masks of one image do not
+    overlap (an occluded object keeps only its visible pixels); rings have a hole in their middle."""
+    coco = COCO(shapes_paths(small_root, "train")[0])
+    holes = 0
+    for image_id in coco.getImgIds():
+        masks = []
+        for ann in coco.loadAnns(coco.getAnnIds(imgIds=[image_id])):
+            mask = coco.annToMask(ann).astype(bool)
+            rows, cols = np.nonzero(mask)
+            assert mask.sum() == ann["area"]
+            assert [cols.min(), rows.min(), cols.max() - cols.min() + 1, rows.max() - rows.min() + 1] == ann["bbox"]
+            masks.append(mask)
+            if ann["category_id"] == SHAPES_CLASSES.index("ring") + 1 and not ann["iscrowd"]:
+                x, y, w, h = ann["bbox"]
+                holes += not mask[y + h // 2, x + w // 2]
+        if masks:
+            assert np.stack(masks).sum(axis=0).max() <= 1
+    assert holes > 0
+
+
+def test_a_dataset_without_masks_is_regenerated_with_the_same_images(small_root, tmp_path):
+    other = str(tmp_path)
+    prepare_shapes_dataset(other, num_images=SMALL)
+    json_file = shapes_paths(other, "val")[0]
+    with open(json_file) as f:
+        content = json.load(f)
+    del content["info"]["version"]
+    for ann in content["annotations"]:
+        del ann["segmentation"]
+    with open(json_file, "w") as f:
+        json.dump(content, f)
+    prepare_shapes_dataset(other, num_images=SMALL)
+    assert read_bytes(json_file) == read_bytes(shapes_paths(small_root, "val")[0])
+    for relative in dataset_files(other):
+        assert read_bytes(os.path.join(other, "shapes", relative)) == read_bytes(
+            os.path.join(small_root, "shapes", relative)
+        ), relative
