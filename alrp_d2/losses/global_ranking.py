@@ -25,7 +25,7 @@ the losses are exactly the per-worker ones.
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 import torch
 import torch.distributed as dist
@@ -33,7 +33,15 @@ from torch import Tensor
 
 from .error_driven import NonFiniteInputError, check_ranking_inputs
 
-__all__ = ["RANKINGS", "PositiveExchange", "RankingGroup", "exchange_positives", "global_mean", "ranking_group"]
+__all__ = [
+    "RANKINGS",
+    "PositiveExchange",
+    "RankingGroup",
+    "exchange_checked",
+    "exchange_positives",
+    "global_mean",
+    "ranking_group",
+]
 
 RANKINGS = ("per_worker", "global")
 
@@ -128,7 +136,15 @@ def exchange_positives(
     logits: Tensor, labels: Tensor, extra: Optional[Tensor], group: Optional[RankingGroup]
 ) -> Tuple[int, Optional[PositiveExchange]]:
     """Validates this worker's inputs (:func:`check_ranking_inputs`) and, with a group, exchanges
-    the numbers of positives.
+    the numbers of positives (see :func:`exchange_checked`)."""
+    return exchange_checked(lambda: check_ranking_inputs(logits, labels, extra), logits.device, group)
+
+
+def exchange_checked(
+    check: Callable[[], int], device: torch.device, group: Optional[RankingGroup]
+) -> Tuple[int, Optional[PositiveExchange]]:
+    """Runs ``check`` (it validates this worker's inputs and returns its number of positives)
+    and, with a group, exchanges the numbers of positives.
 
     Returns:
         The number of positives of the ranking (of all workers with a group) and the exchange
@@ -136,13 +152,13 @@ def exchange_positives(
         no worker waits for the others in a collective.
     """
     if group is None:
-        return check_ranking_inputs(logits, labels, extra), None
+        return check(), None
     error: Optional[Exception] = None
     try:
-        num_positives = check_ranking_inputs(logits, labels, extra)
+        num_positives = check()
     except (NonFiniteInputError, ValueError, TypeError) as caught:
         error, num_positives = caught, 0
-    exchange = group.exchange(num_positives, error is not None, logits.device)
+    exchange = group.exchange(num_positives, error is not None, device)
     if error is not None:
         raise error
     if exchange.failed:

@@ -16,7 +16,8 @@ search per source. Sources in the same gap between edges share their prefixes, s
 counts), and ``sum_i w_i H(v_j - q_i) = A[gap] + B[gap] v_j`` with two per-gap coefficients
 (prefix sums). No P x N matrix, no loop over positives; everything is accumulated in float64.
 H is continuous, so a source that rounding places on the other side of an edge contributes the
-same.
+same. ``delta = 0`` is the unit step ``H(x) = 1`` for ``x >= 0`` (``H(0) = 1``): the two edges of a
+positive coincide, a source equal to a positive's score lies above it, and there is no band.
 
 The per-gap counts and sums are additive over disjoint sets of sources: a global ranking over
 several workers (:mod:`alrp_d2.losses.global_ranking`) builds the same edges from the gathered
@@ -48,6 +49,7 @@ class BandEdges:
 
     A source in gap ``g`` (``g`` edges below it) lies fully above the positives
     ``[0, above_end[g])`` and inside the band of the positives ``[above_end[g], band_end[g])``.
+    With ``delta = 0`` (the unit step) a source's gap counts the edges at or below it.
     """
 
     delta: float
@@ -66,9 +68,14 @@ class BandEdges:
     def num_gaps(self) -> int:
         return self.edges.numel() + 1
 
+    @property
+    def self_relation(self) -> float:
+        """H(0): 0.5 for the smoothed step, 1 for the unit step (``delta = 0``)."""
+        return 1.0 if self.delta == 0 else 0.5
+
     def locate(self, values: Tensor) -> Tensor:
         """The gap of every value (int32)."""
-        return torch.bucketize(values, self.edges, out_int32=True)
+        return torch.bucketize(values, self.edges, out_int32=True, right=self.delta == 0)
 
     def gap_totals(self, gap: Tensor, weights: Optional[Tensor], weighted_values: Tensor) -> Tensor:
         """(2, num_gaps) float64: every gap's sum of the sources' weights ``u`` (``None``: all 1,
@@ -83,16 +90,18 @@ class BandEdges:
     def sum_from_gap_totals(self, queries: Tensor, totals: Tensor) -> Tensor:
         """``sum_j u_j H(v_j - q_i)`` for every sorted positive ``q_i`` from the sources'
         :meth:`gap_totals`: per-gap sums scattered to where the gaps' prefixes end."""
-        inv_two_delta = 0.5 / self.delta
         gap_weight = totals[0]
-        gap_constant = totals[1] * inv_two_delta + 0.5 * gap_weight
         num = queries.numel()
         above = queries.new_zeros(num + 1).index_add_(0, self.above_end, gap_weight)
+        # Sources above query i: gaps whose above-prefix ends after i (a suffix sum).
+        above = torch.flip(torch.cumsum(torch.flip(above, [0]), 0), [0])[1:]
+        if self.delta == 0:
+            return above
+        inv_two_delta = 0.5 / self.delta
+        gap_constant = totals[1] * inv_two_delta + 0.5 * gap_weight
         band = queries.new_zeros(2, num + 1)
         for row, value in enumerate((gap_constant, gap_weight)):
             band[row].index_add_(0, self.above_end, value).index_add_(0, self.band_end, -value)
-        # Sources above query i: gaps whose above-prefix ends after i (a suffix sum).
-        above = torch.flip(torch.cumsum(torch.flip(above, [0]), 0), [0])[1:]
         band = torch.cumsum(band, 1)[:, :-1]
         return above + band[0] - band[1] * queries * inv_two_delta
 
@@ -105,10 +114,12 @@ class BandEdges:
 
     def sum_at_sources(self, queries: Tensor, weights: Tensor, gap: Tensor, values: Tensor) -> Tensor:
         """``sum_i w_i H(v_j - q_i)`` for every source ``v_j`` in ``gap``: ``A[gap] + B[gap] v``."""
-        inv_two_delta = 0.5 / self.delta
         prefix = _exclusive_cumsum(weights)
-        prefix_weighted = _exclusive_cumsum(weights * queries)
         above = prefix[self.above_end]
+        if self.delta == 0:
+            return above[gap]
+        inv_two_delta = 0.5 / self.delta
+        prefix_weighted = _exclusive_cumsum(weights * queries)
         band_weight = prefix[self.band_end] - above
         band_weighted_query = prefix_weighted[self.band_end] - prefix_weighted[self.above_end]
         intercept = above + 0.5 * band_weight - band_weighted_query * inv_two_delta
@@ -181,7 +192,7 @@ class PositiveRanking:
             logits: (M,) finite scores of any float dtype; not differentiated.
             positive_mask, negative_mask: (M,) bool masks, at least one positive (of all
                 workers, in a global ranking).
-            delta: smoothness of H, > 0.
+            delta: smoothness of H, >= 0 (0: the unit step with H(0) = 1).
             exchange: the communication of a global ranking (see
                 :func:`alrp_d2.losses.global_ranking.exchange_positives`); None: this
                 worker's examples only.
@@ -224,8 +235,10 @@ class PositiveRanking:
         if exchange is not None:
             negative_totals = exchange.all_reduce_sum(negative_totals)
         num_false_positives = edges.sum_from_gap_totals(positive_scores, negative_totals)
-        # rank^+ = 1 + sum_{k != i} H(x_ik): the sum over all k includes the self term H(0) = 0.5.
-        rank_positive = 0.5 + edges.sum_at_positives(positive_scores, positive_gap, None, positive_scores)
+        # rank^+ = 1 + sum_{k != i} H(x_ik): the sum over all k includes the self term H(0).
+        rank_positive = (1.0 - edges.self_relation) + edges.sum_at_positives(
+            positive_scores, positive_gap, None, positive_scores
+        )
         return PositiveRanking(
             positive_index=positive_index,
             positive_order=order,
@@ -267,10 +280,10 @@ class PositiveRanking:
 
     def positive_relation_sum(self, weights: Tensor) -> Tensor:
         """``sum_{k in P, k != i} w_k H(x_ik)`` for every sorted positive ``i`` (the self term
-        H(0) = 0.5 is removed)."""
+        H(0) is removed)."""
         scores = self.positive_scores
         total = self.edges.sum_at_positives(scores, self.positive_gap, weights, weights * scores)
-        return total - 0.5 * weights
+        return total - self.edges.self_relation * weights
 
     def negative_relation_sum(self, weights: Tensor) -> Tensor:
         """``sum_{i in P} w_i H(x_ij)`` for every relevant negative ``j``.
