@@ -1,0 +1,209 @@
+"""Speed, memory and gradient error of Rank & Sort Loss: ours against the official loop and BRL's
+bucketed version, on the same inputs in one run.
+
+    python benchmarks/rank_sort_speed.py --official-repo PATH/RankSortLoss --brl-repo PATH/BucketedRankingBasedLosses
+    python benchmarks/rank_sort_speed.py --device cuda ...   # on a GPU
+
+Rows (forward + backward of the ranking output, which carries the whole score gradient):
+
+* ``ours``: :func:`alrp_d2.losses.rank_sort_loss` (computes in float64);
+* ``official``: ``RankSort`` of kemaloksuz/RankSortLoss (``mmdet/models/losses/ranking_losses.py``),
+  a Python loop over the positives;
+* ``BRL``: ``BucketedRankSort`` of blisgard/BucketedRankingBasedLosses (same path), which replaces
+  the negatives between two consecutive positives by their mean (exact only for ``delta = 0``).
+
+The two repositories are not part of this project: their files are loaded at run time from the
+paths given, with ``Tensor.cuda()`` redirected to ``--device`` (BRL's ``from ..builder import
+LOSSES`` is served by a stub registry). A row whose repository is not given is reported as not run.
+
+Every measurement runs in a fresh process so that its peak memory can be read (extra RSS on the
+CPU, the allocator's peak on CUDA), after a warm-up on a small problem; time is the median of
+``--repeats`` runs. The gradient error
+of each row is the largest absolute difference from the float64 loop transcription of the
+official function (``tests/loop_reference.rank_sort_loss_loop``, run once per case on the same
+float32 logits), divided by the largest reference gradient; the loss columns are absolute
+differences. The inputs imitate the start of training (the expensive case): logits near the
+prior-probability initialisation, so that nearly every negative is relevant, positives slightly
+above with IoU targets uniform in (0, 1], 5 % of the entries ignored.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import multiprocessing as mp
+import os
+import resource
+import statistics
+import sys
+import time
+import types
+from typing import Callable, Dict, List, Optional, Tuple
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from alrp_d2.losses import rank_sort_loss  # noqa: E402  (imported before any memory is measured)
+from benchmarks.loss_speed import max_relative_difference  # noqa: E402
+from tests.loop_reference import rank_sort_loss_loop  # noqa: E402
+
+CASES = ["1000000:500", "4000000:1500"]
+LOSS_FILE = os.path.join("mmdet", "models", "losses", "ranking_losses.py")
+METHODS = ("ours", "official", "BRL")
+
+
+def make_inputs(num_logits: int, num_positives: int, device: str, seed: int = 0) -> Tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    logits = torch.randn(num_logits, generator=gen) * 0.5 - 4.6
+    targets = torch.zeros(num_logits)
+    targets[torch.randperm(num_logits, generator=gen)[: num_logits // 20]] = -1.0
+    positives = torch.randperm(num_logits, generator=gen)[:num_positives]
+    targets[positives] = 1.0 - torch.rand(num_positives, generator=gen)
+    logits[positives] += 0.5
+    return logits.to(device), targets.to(device)
+
+
+def _load_file(name: str, path: str, package: Optional[str] = None) -> types.ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise FileNotFoundError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    if package is not None:
+        module.__package__ = package
+    spec.loader.exec_module(module)
+    return module
+
+
+def _load_brl(repo: str) -> types.ModuleType:
+    """BRL's ranking_losses.py imports ``LOSSES`` from mmdet's builder; a stub package serves it."""
+    registry = types.SimpleNamespace(register_module=lambda *args, **kwargs: lambda cls: cls)
+    for name in ("brl_mmdet", "brl_mmdet.models", "brl_mmdet.models.losses"):
+        package = types.ModuleType(name)
+        package.__path__ = []
+        sys.modules[name] = package
+    builder = types.ModuleType("brl_mmdet.models.builder")
+    builder.LOSSES = registry  # type: ignore[attr-defined]
+    sys.modules["brl_mmdet.models.builder"] = builder
+    return _load_file(
+        "brl_mmdet.models.losses.ranking_losses", os.path.join(repo, LOSS_FILE), "brl_mmdet.models.losses"
+    )
+
+
+def _loss_function(method: str, repo: Optional[str], device: str) -> Callable:
+    """``f(logits, targets, delta) -> (ranking_loss, sorting_loss)`` of one row."""
+    if method == "ours":
+        return rank_sort_loss
+    assert repo is not None
+    torch.Tensor.cuda = lambda self, *args, **kwargs: self.to(device)  # type: ignore[method-assign]
+    if method == "official":
+        official = _load_file("official_ranking_losses", os.path.join(repo, LOSS_FILE))
+        return lambda logits, targets, delta: official.RankSort.apply(logits, targets, delta, 1e-10)
+    brl = _load_brl(repo)
+    return lambda logits, targets, delta: brl.BucketedRankSort.apply(logits, targets, delta)
+
+
+def _synchronise(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def _measure(method, repo, num_logits, num_positives, delta, device, repeats, queue) -> None:
+    torch.set_num_threads(int(os.environ.get("BENCH_THREADS", torch.get_num_threads())))
+    logits, targets = make_inputs(num_logits, num_positives, device)
+    if method == "loop":
+        outputs = rank_sort_loss_loop(logits.cpu(), targets.cpu(), delta)
+        queue.put((None, None, [t.double().numpy() for t in outputs]))
+        return
+    loss = _loss_function(method, repo, device)
+
+    def run(logits, targets):
+        leaf = logits.clone().requires_grad_(True)
+        ranking, sorting = loss(leaf, targets, delta)
+        ranking.backward()
+        return ranking.detach(), sorting.detach(), leaf.grad
+
+    run(*make_inputs(10_000, 10, device))  # warm-up (lazy initialisation, kernels) on a small problem
+    if device == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+    else:
+        base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    times: List[float] = []
+    for _ in range(repeats):
+        _synchronise(device)
+        start = time.perf_counter()
+        outputs = run(logits, targets)
+        _synchronise(device)
+        times.append(time.perf_counter() - start)
+    if device == "cuda":
+        peak = torch.cuda.max_memory_allocated() - base
+    else:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base
+    queue.put((statistics.median(times), peak, [t.double().cpu().reshape(-1).numpy() for t in outputs]))
+
+
+def measure(method: str, repo: Optional[str], case: Tuple[int, int], delta: float, device: str, repeats: int):
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    process = ctx.Process(target=_measure, args=(method, repo, *case, delta, device, repeats, queue))
+    process.start()
+    median_time, peak, outputs = queue.get()
+    process.join()
+    if process.exitcode:
+        raise RuntimeError(f"{method} failed (exit code {process.exitcode})")
+    return median_time, peak, [torch.from_numpy(x) for x in outputs]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--official-repo", help="a clone of kemaloksuz/RankSortLoss")
+    parser.add_argument("--brl-repo", help="a clone of blisgard/BucketedRankingBasedLosses")
+    parser.add_argument("--deltas", type=float, nargs="+", default=[0.5, 0.0], help="delta of H (0.5 is RS Loss's)")
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs of each row (median reported)")
+    parser.add_argument("--cases", nargs="+", default=CASES, help="M:P, the numbers of logits and positives")
+    args = parser.parse_args()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda needs a CUDA device")
+    repos: Dict[str, Optional[str]] = {"ours": ROOT, "official": args.official_repo, "BRL": args.brl_repo}
+    for name in ("official", "BRL"):
+        repo = repos[name]
+        if repo is not None and not os.path.isfile(os.path.join(repo, LOSS_FILE)):
+            parser.error(f"{name} repository {repo} has no {LOSS_FILE}")
+
+    print(f"device: {args.device}, torch {torch.__version__}, threads {torch.get_num_threads()}")
+    header = (
+        f"{'M':>11} {'P':>5} {'delta':>5} | {'method':>8} | {'time (s)':>9} {'vs official':>11} | {'memory':>8} | "
+        "max. error: ranking, sorting (abs.), gradient (rel.)"
+    )
+    print(header)
+    print("-" * len(header))
+    cases = [tuple(int(n) for n in case.split(":")) for case in args.cases]
+    for delta in args.deltas:
+        for case in cases:
+            _, _, reference = measure("loop", None, case, delta, args.device, 1)
+            results = {}
+            for method in METHODS:
+                if repos[method] is not None:
+                    results[method] = measure(method, repos[method], case, delta, args.device, args.repeats)
+            official_time = results["official"][0] if "official" in results else None
+            for method in METHODS:
+                prefix = f"{case[0]:>11,} {case[1]:>5} {delta:>5} | {method:>8} |"
+                if method not in results:
+                    print(f"{prefix} not run (no --{method.lower()}-repo)")
+                    continue
+                seconds, peak, outputs = results[method]
+                ratio = f"{official_time / seconds:>10.1f}x" if official_time else f"{'':>11}"
+                errors = [(a - b).abs().max().item() for a, b in zip(outputs[:2], reference[:2])]
+                errors.append(max_relative_difference(outputs[2], reference[2]))
+                print(
+                    f"{prefix} {seconds:>9.3f} {ratio} | {peak / 2**20:>6.0f}MB | "
+                    + "  ".join(f"{error:.1e}" for error in errors)
+                )
+
+
+if __name__ == "__main__":
+    main()
