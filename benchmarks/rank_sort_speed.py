@@ -16,9 +16,9 @@ The two repositories are not part of this project: their files are loaded at run
 paths given, with ``Tensor.cuda()`` redirected to ``--device`` (BRL's ``from ..builder import
 LOSSES`` is served by a stub registry). A row whose repository is not given is reported as not run.
 
-Every measurement runs in a fresh process so that its peak memory can be read (extra RSS on the
-CPU, the allocator's peak on CUDA), after a warm-up on a small problem; time is the median of
-``--repeats`` runs. The gradient error
+Every measurement runs in a fresh process, after a warm-up on a small problem: time is the median
+of ``--repeats`` runs, memory the peak above the memory held before them (resident memory on the
+CPU, with Linux's peak reset after the inputs are built; the allocator's peak on CUDA). The gradient error
 of each row is the largest absolute difference from the float64 loop transcription of the
 official function (``tests/loop_reference.rank_sort_loss_loop``, run once per case on the same
 float32 logits), divided by the largest reference gradient; the loss columns are absolute
@@ -33,7 +33,6 @@ import argparse
 import importlib.util
 import multiprocessing as mp
 import os
-import resource
 import statistics
 import sys
 import time
@@ -104,6 +103,25 @@ def _loss_function(method: str, repo: Optional[str], device: str) -> Callable:
     return lambda logits, targets, delta: brl.BucketedRankSort.apply(logits, targets, delta)
 
 
+def _memory_status() -> Dict[str, int]:
+    """This process's resident memory (VmRSS) and its peak (VmHWM) in bytes (Linux)."""
+    with open("/proc/self/status") as status:
+        fields = dict(line.split(":", 1) for line in status if line.startswith("Vm"))
+    return {name: int(fields[name].split()[0]) * 1024 for name in ("VmRSS", "VmHWM")}
+
+
+def _reset_peak_rss() -> int:
+    """Resets the peak resident memory to the current one (Linux ``clear_refs``) and returns it, so
+    that the peak read later is that of the measured runs, not of building the inputs."""
+    with open("/proc/self/clear_refs", "w") as clear_refs:
+        clear_refs.write("5")
+    return _memory_status()["VmRSS"]
+
+
+def _load() -> str:
+    return " ".join(f"{load:.1f}" for load in os.getloadavg())
+
+
 def _synchronise(device: str) -> None:
     if device == "cuda":
         torch.cuda.synchronize()
@@ -130,7 +148,7 @@ def _measure(method, repo, num_logits, num_positives, delta, device, repeats, qu
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
     else:
-        base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        base = _reset_peak_rss()
     times: List[float] = []
     for _ in range(repeats):
         _synchronise(device)
@@ -141,7 +159,7 @@ def _measure(method, repo, num_logits, num_positives, delta, device, repeats, qu
     if device == "cuda":
         peak = torch.cuda.max_memory_allocated() - base
     else:
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base
+        peak = _memory_status()["VmHWM"] - base
     queue.put((statistics.median(times), peak, [t.double().cpu().reshape(-1).numpy() for t in outputs]))
 
 
@@ -174,7 +192,8 @@ def main() -> None:
         if repo is not None and not os.path.isfile(os.path.join(repo, LOSS_FILE)):
             parser.error(f"{name} repository {repo} has no {LOSS_FILE}")
 
-    print(f"device: {args.device}, torch {torch.__version__}, threads {torch.get_num_threads()}")
+    threads = os.environ.get("BENCH_THREADS", torch.get_num_threads())
+    print(f"device: {args.device}, torch {torch.__version__}, threads {threads}, load average {_load()}")
     header = (
         f"{'M':>11} {'P':>5} {'delta':>5} | {'method':>8} | {'time (s)':>9} {'vs official':>11} | {'memory':>8} | "
         "max. error: ranking, sorting (abs.), gradient (rel.)"
@@ -203,6 +222,7 @@ def main() -> None:
                     f"{prefix} {seconds:>9.3f} {ratio} | {peak / 2**20:>6.0f}MB | "
                     + "  ".join(f"{error:.1e}" for error in errors)
                 )
+    print(f"load average at the end: {_load()} (other processes on the machine slow every row)")
 
 
 if __name__ == "__main__":
