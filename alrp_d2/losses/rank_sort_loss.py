@@ -124,19 +124,7 @@ def rank_sort_loss_terms(
         ranking = PositiveRanking.build(logits, positive_mask, targets == 0, delta, exchange, positive_targets)
         sorted_targets = ranking.sorted_positive_values(positive_targets).double()
         relations = SortingRelations.build(ranking.positive_scores, sorted_targets, delta)
-        weights = torch.stack([torch.ones_like(sorted_targets), 1.0 - sorted_targets], 1)
-        at_least, at_least_weighted = relations.at_least_target_sums(weights).unbind(1)
-        smaller, smaller_weighted = relations.smaller_target_sums(weights).unbind(1)
-        rank_positive = at_least + smaller
-        num_false_positives = ranking.num_false_positives
-        ranking_errors = num_false_positives / (rank_positive + num_false_positives)
-        sorting_errors = (at_least * smaller_weighted - at_least_weighted * smaller) / (rank_positive * at_least)
-
-        normaliser = ranking.num_positives
-        sorting_active = smaller > eps
-        distributed = torch.where(sorting_active, sorting_errors / smaller.clamp_min(eps), 0.0) / normaliser
-        sorting_grad = relations.larger_target_source_sums(distributed.unsqueeze(1)).squeeze(1)
-        sorting_grad -= torch.where(sorting_active, sorting_errors, 0.0) / normaliser
+        ranking_errors, sorting_errors, sorting_grad = _errors_and_sorting_update(ranking, relations, eps)
         # ErrorDrivenRankingLoss gates with N_FP >= gate: the next float above eps makes it N_FP > eps.
         gate = math.nextafter(eps, math.inf)
         ranking_loss, positive_magnitude, negative_magnitude = ErrorDrivenRankingLoss.apply(
@@ -144,6 +132,28 @@ def rank_sort_loss_terms(
         )
         sorting_loss = sorting_errors.mean().to(dtype) + 0.0 * ranking_loss
     return RankSortLossTerms(ranking_loss, sorting_loss, positive_magnitude, negative_magnitude)
+
+
+def _errors_and_sorting_update(
+    ranking: PositiveRanking, relations: SortingRelations, eps: float
+) -> Tuple[Tensor, Tensor, Tensor]:
+    """``l_R``, ``l_S`` and the sorting update of every sorted positive: ``-l_S(i)`` where
+    ``D(i) > eps``, plus the share ``l_S(i) H(x_ik) / D(i)`` of every ``i`` with ``t_i > t_k``, over |P|."""
+    targets = relations.targets
+    weights = torch.stack([torch.ones_like(targets), 1.0 - targets], 1)
+    at_least, at_least_weighted = relations.at_least_target_sums(weights).unbind(1)
+    smaller, smaller_weighted = relations.smaller_target_sums(weights).unbind(1)
+    rank_positive = at_least + smaller
+    num_false_positives = ranking.num_false_positives
+    ranking_errors = num_false_positives / (rank_positive + num_false_positives)
+    sorting_errors = (at_least * smaller_weighted - at_least_weighted * smaller) / (rank_positive * at_least)
+
+    normaliser = ranking.num_positives
+    active = smaller > eps
+    distributed = torch.where(active, sorting_errors / smaller.clamp_min(eps), 0.0) / normaliser
+    sorting_update = relations.larger_target_source_sums(distributed.unsqueeze(1)).squeeze(1)
+    sorting_update -= torch.where(active, sorting_errors, 0.0) / normaliser
+    return ranking_errors, sorting_errors, sorting_update
 
 
 def rank_sort_loss(logits: Tensor, targets: Tensor, delta: float = 0.5, eps: float = 1e-10) -> Tuple[Tensor, Tensor]:
