@@ -16,9 +16,11 @@ The two repositories are not part of this project: their files are loaded at run
 paths given, with ``Tensor.cuda()`` redirected to ``--device`` (BRL's ``from ..builder import
 LOSSES`` is served by a stub registry). A row whose repository is not given is reported as not run.
 
-Every measurement runs in a fresh process, after a warm-up on a small problem: time is the median
-of ``--repeats`` runs, memory the peak above the memory held before them (resident memory on the
-CPU, with Linux's peak reset after the inputs are built; the allocator's peak on CUDA). The gradient error
+Every row is warmed up on a small problem first. Time: the median of ``--repeats`` runs, the rows
+taking turns in one process, so that a change of the machine's load hits every row alike. Memory
+and outputs: one run of each row in a fresh process; memory is the peak above what the process
+held before the run (resident memory on the CPU, with Linux's peak reset after the inputs are
+built; the allocator's peak on CUDA). The gradient error
 of each row is the largest absolute difference from the float64 loop transcription of the
 official function (``tests/loop_reference.rank_sort_loss_loop``, run once per case on the same
 float32 logits), divided by the largest reference gradient; the loss columns are absolute
@@ -127,52 +129,67 @@ def _synchronise(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def _measure(method, repo, num_logits, num_positives, delta, device, repeats, queue) -> None:
-    torch.set_num_threads(int(os.environ.get("BENCH_THREADS", torch.get_num_threads())))
-    logits, targets = make_inputs(num_logits, num_positives, device)
-    if method == "loop":
-        outputs = rank_sort_loss_loop(logits.cpu(), targets.cpu(), delta)
-        queue.put((None, None, [t.double().numpy() for t in outputs]))
-        return
+def _runner(method: str, repo: Optional[str], delta: float, device: str) -> Callable:
+    """``run(logits, targets) -> (ranking_loss, sorting_loss, d ranking_loss / d logits)`` of one row,
+    warmed up (lazy initialisation, kernels) on a small problem."""
     loss = _loss_function(method, repo, device)
 
-    def run(logits, targets):
+    def run(logits: torch.Tensor, targets: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         leaf = logits.clone().requires_grad_(True)
         ranking, sorting = loss(leaf, targets, delta)
         ranking.backward()
+        _synchronise(device)
         return ranking.detach(), sorting.detach(), leaf.grad
 
-    run(*make_inputs(10_000, 10, device))  # warm-up (lazy initialisation, kernels) on a small problem
+    run(*make_inputs(10_000, 10, device))
+    return run
+
+
+def _outputs_and_memory(method, repos, case, delta, device, queue) -> None:
+    """One run of one row in this fresh process: its outputs and its peak memory."""
+    torch.set_num_threads(int(os.environ.get("BENCH_THREADS", torch.get_num_threads())))
+    logits, targets = make_inputs(*case, device)
+    if method == "loop":
+        outputs = rank_sort_loss_loop(logits.cpu(), targets.cpu(), delta)
+        queue.put((0, [t.double().numpy() for t in outputs]))
+        return
+    run = _runner(method, repos[method], delta, device)
     if device == "cuda":
-        torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
     else:
         base = _reset_peak_rss()
-    times: List[float] = []
+    outputs = run(logits, targets)
+    peak = torch.cuda.max_memory_allocated() if device == "cuda" else _memory_status()["VmHWM"]
+    queue.put((peak - base, [t.double().cpu().reshape(-1).numpy() for t in outputs]))
+
+
+def _times(methods, repos, case, delta, device, repeats, queue) -> None:
+    """The median time of every row, the rows taking turns in one process (so that a change of the
+    machine's load hits all of them alike)."""
+    torch.set_num_threads(int(os.environ.get("BENCH_THREADS", torch.get_num_threads())))
+    logits, targets = make_inputs(*case, device)
+    runs = {method: _runner(method, repos[method], delta, device) for method in methods}
+    times: Dict[str, List[float]] = {method: [] for method in methods}
     for _ in range(repeats):
-        _synchronise(device)
-        start = time.perf_counter()
-        outputs = run(logits, targets)
-        _synchronise(device)
-        times.append(time.perf_counter() - start)
-    if device == "cuda":
-        peak = torch.cuda.max_memory_allocated() - base
-    else:
-        peak = _memory_status()["VmHWM"] - base
-    queue.put((statistics.median(times), peak, [t.double().cpu().reshape(-1).numpy() for t in outputs]))
+        for method, run in runs.items():
+            _synchronise(device)
+            start = time.perf_counter()
+            run(logits, targets)
+            times[method].append(time.perf_counter() - start)
+    queue.put({method: statistics.median(values) for method, values in times.items()})
 
 
-def measure(method: str, repo: Optional[str], case: Tuple[int, int], delta: float, device: str, repeats: int):
+def _in_fresh_process(target: Callable, *args):
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    process = ctx.Process(target=_measure, args=(method, repo, *case, delta, device, repeats, queue))
+    process = ctx.Process(target=target, args=(*args, queue))
     process.start()
-    median_time, peak, outputs = queue.get()
+    result = queue.get()
     process.join()
     if process.exitcode:
-        raise RuntimeError(f"{method} failed (exit code {process.exitcode})")
-    return median_time, peak, [torch.from_numpy(x) for x in outputs]
+        raise RuntimeError(f"{target.__name__}{args[:1]} failed (exit code {process.exitcode})")
+    return result
 
 
 def main() -> None:
@@ -201,25 +218,29 @@ def main() -> None:
     print(header)
     print("-" * len(header))
     cases = [tuple(int(n) for n in case.split(":")) for case in args.cases]
+    methods = [method for method in METHODS if repos[method] is not None]
     for delta in args.deltas:
         for case in cases:
-            _, _, reference = measure("loop", None, case, delta, args.device, 1)
-            results = {}
-            for method in METHODS:
-                if repos[method] is not None:
-                    results[method] = measure(method, repos[method], case, delta, args.device, args.repeats)
-            official_time = results["official"][0] if "official" in results else None
+            _, reference = _in_fresh_process(_outputs_and_memory, "loop", repos, case, delta, args.device)
+            results = {
+                method: _in_fresh_process(_outputs_and_memory, method, repos, case, delta, args.device)
+                for method in methods
+            }
+            times = _in_fresh_process(_times, methods, repos, case, delta, args.device, args.repeats)
             for method in METHODS:
                 prefix = f"{case[0]:>11,} {case[1]:>5} {delta:>5} | {method:>8} |"
                 if method not in results:
                     print(f"{prefix} not run (no --{method.lower()}-repo)")
                     continue
-                seconds, peak, outputs = results[method]
-                ratio = f"{official_time / seconds:>10.1f}x" if official_time else f"{'':>11}"
-                errors = [(a - b).abs().max().item() for a, b in zip(outputs[:2], reference[:2])]
-                errors.append(max_relative_difference(outputs[2], reference[2]))
+                peak, outputs = results[method]
+                ratio = f"{times['official'] / times[method]:>10.1f}x" if "official" in times else f"{'':>11}"
+                errors = [
+                    (torch.from_numpy(a) - torch.from_numpy(b)).abs().max().item()
+                    for a, b in zip(outputs[:2], reference[:2])
+                ]
+                errors.append(max_relative_difference(torch.from_numpy(outputs[2]), torch.from_numpy(reference[2])))
                 print(
-                    f"{prefix} {seconds:>9.3f} {ratio} | {peak / 2**20:>6.0f}MB | "
+                    f"{prefix} {times[method]:>9.3f} {ratio} | {peak / 2**20:>6.0f}MB | "
                     + "  ".join(f"{error:.1e}" for error in errors)
                 )
     print(f"load average at the end: {_load()} (other processes on the machine slow every row)")
