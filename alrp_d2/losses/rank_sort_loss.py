@@ -24,7 +24,7 @@ With ``A, B`` the sums over ``t_k >= t_i`` of ``H(x_ik)`` and ``H(x_ik) (1 - t_k
 those over ``t_k < t_i``, ``rank^+ = A + D`` and ``l_S = (A E - B D) / (rank^+ A)``, which is exactly
 0 when nothing is sorted above ``i`` by mistake. ``N_FP`` and the negative gradients come from the
 relation sums in O((P + N) log P), ``A, B, D, E`` and the positives' sorting gradients from
-:mod:`alrp_d2.losses.sorting_relations` in O(P log^2 P).
+:mod:`alrp_d2.losses.sorting_relations` in O(P log P).
 """
 
 from __future__ import annotations

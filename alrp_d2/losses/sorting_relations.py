@@ -1,4 +1,4 @@
-"""Relation sums among the positives restricted by their targets, in O(P log^2 P).
+"""Relation sums among the positives restricted by their targets, in O(P log P).
 
 Sorting positives by a continuous target ``t`` (e.g. IoU) needs, for every positive ``i`` and the
 step ``H`` of :mod:`alrp_d2.losses.relation_sums` (smoothed, or the unit step for ``delta = 0``),
@@ -10,21 +10,26 @@ sums over the positives ``k`` that compare both the targets and the scores:
 Taken in ascending (descending) target order, ``{k: t_k < t_i}`` (``{k: t_k >= t_i}``,
 ``{i: t_i > t_k}``) is a prefix, whose length a binary search over the sorted targets gives
 (tied targets are one run, so a prefix never splits them). ``H`` is 1 above a score band, 0 below
-it and linear inside: each sum is the sum of ``u`` over a score range plus the sums of ``u`` and
-``u s`` over another, all restricted to a prefix of the target order. These are 2-D dominance sums
-(target position < prefix, score position < cut), answered by a merge-sort tree:
+it and linear inside: each sum is the sum of ``u`` over a range of score positions plus the sums
+of ``u`` and ``u s`` over another, all restricted to a prefix of the target order. These are 2-D
+dominance sums (target position < prefix, score position < cut), answered exactly by a wavelet
+tree over the target order:
 
-* at level ``l`` the target order is cut into blocks of ``2^l`` positions (the incomplete last one
-  is never needed), and every block lists its members by score position, with the prefix sums of
-  the weight columns within the block (float64);
-* a prefix ``[0, f)`` is the union of the blocks ``(f >> l) - 1`` of the levels ``l`` whose bit
-  is set in ``f``; the members of such a block below a score position are counted by one binary
-  search of the integer key ``block * P + score position`` (exact, no float comparison).
+* level ``l`` cuts the target order into blocks of ``2^l`` positions and lists every block's
+  members by score, with the prefix sums of the weight columns within the block (float64); a
+  block's list is the stable partition of its parent's list, with the count, for every prefix of
+  the parent's list, of the members that went to the left child;
+* a query descends from the root (all positives, by score, where the members below a cut of the
+  score positions are the cut itself) along the bits of its prefix length: where a bit is set, the
+  whole left child lies inside the prefix and adds its prefix sum up to the number of its members
+  below the cut, which the parent's left counts give by one lookup; the descent continues into the
+  right child (bit set) or the left one with that number.
 
-Every level is one vectorised pass over all queries: O(P log P) per level, O(P log^2 P) time and
-O(P) memory per level in all, with no P x P matrix and no loop over positives. The score
-positions are those of the ranking's sorted positive scores; the band ends are binary searches of
-``s -/+ delta`` among them (H is continuous, so rounding at an end changes nothing).
+Every level is one vectorised pass: O(P) to build, O(P + queries) to answer, so O(P log P) time
+and memory in all, integer counts only (no float comparison), no P x P matrix and no loop over
+positives. The score positions are those of the ranking's sorted positive scores; the band ends are
+binary searches of ``s -/+ delta`` among them (H is continuous, so rounding at an end changes
+nothing).
 """
 
 from __future__ import annotations
@@ -40,33 +45,61 @@ __all__ = ["SortingRelations", "TargetOrderTree"]
 
 
 class TargetOrderTree:
-    """The merge-sort tree of the positives taken in one target order (module docstring)."""
+    """The wavelet tree of the positives over one target order (module docstring).
+
+    The target order is padded to ``2^depth > P`` positions with weightless dummies placed after
+    every positive in both orders. Level ``l`` cuts the target positions into blocks of ``2^l`` and
+    lists every block's members by score (``arrangement``); ``left_before`` counts, for every
+    prefix of a level-``(l + 1)`` block's score-ordered list, the members that fall into its left
+    child at level ``l``.
+    """
 
     def __init__(self, order: Tensor):
         """``order``: (P,) the score position of the positive at each position of the target order."""
         num = order.numel()
-        positions = torch.arange(num, device=order.device)
+        device = order.device
         self.num = num
+        self.size = 1 << num.bit_length()
+        target_position = torch.arange(self.size, device=device)
+        target_position[order] = torch.arange(num, device=device)
+        arrangement = torch.arange(self.size, device=device)  # the root: every score position, in order
+        index = torch.arange(self.size, device=device)
         self.levels: List[Tuple[int, Tensor, Tensor]] = []
-        for level in range(num.bit_length()):
-            count = (num >> level) << level
-            members = order[:count]
-            keys, by_key = torch.sort((positions[:count] >> level) * num + members)
-            self.levels.append((level, keys, members[by_key]))
+        for level in reversed(range(num.bit_length())):
+            parent_size = 2 << level
+            goes_left = ((target_position[arrangement] >> level) & 1) == 0
+            left_before = F.pad(torch.cumsum(goes_left.view(-1, parent_size), 1), (1, 0))
+            left_rank = left_before[:, :-1].reshape(-1)
+            # Stable partition of every parent block into its left and right child.
+            offset = index % parent_size
+            within = torch.where(goes_left, left_rank, (parent_size >> 1) + offset - left_rank)
+            position = index - offset + within
+            arrangement = torch.empty_like(arrangement).scatter_(0, position, arrangement)
+            self.levels.append((level, left_before, arrangement))
 
     def dominance_sums(self, columns: Tensor, prefix: Tensor, cuts: Tensor) -> Tensor:
         """(Q, R, C): for every query ``q`` and cut ``r``, the sum of ``columns`` (P, C) over the
-        positives at target positions ``< prefix[q]`` and score positions ``< cuts[q, r]``."""
-        num, width = self.num, columns.shape[1]
+        positives at target positions ``< prefix[q]`` and score positions ``< cuts[q, r]``.
+
+        Every query descends from the root along the bits of its prefix, carrying for every cut
+        the number of members of its current block below the cut: where the bit is set, the whole
+        left child lies inside the prefix and adds its prefix sum up to that number."""
+        width = columns.shape[1]
+        padded = columns.new_zeros(self.size, width)
+        padded[: self.num] = columns
         total = columns.new_zeros(prefix.numel(), cuts.shape[1], width)
-        for level, keys, members in self.levels:
-            size = 1 << level
-            blocks = prefix >> level
-            uses_level = (blocks & 1).bool()
-            block = (blocks - 1).clamp_min(0).unsqueeze(1)
-            within = torch.searchsorted(keys, block * num + cuts) - block * size
-            block_sums = F.pad(torch.cumsum(columns[members].view(-1, size, width), 1), (0, 0, 1, 0))
-            total += torch.where(uses_level[:, None, None], block_sums[block, within], 0.0)
+        block = torch.zeros_like(prefix).unsqueeze(1)
+        count = cuts.clone()  # at the root, the score positions below a cut are the cut
+        for level, left_before, arrangement in self.levels:
+            child_size = 1 << level
+            left = left_before.view(-1)[block * (2 * child_size + 1) + count]
+            bit = ((prefix >> level) & 1).unsqueeze(1)
+            child_sums = F.pad(torch.cumsum(padded[arrangement].view(-1, child_size, width), 1), (0, 0, 1, 0))
+            left_child = 2 * block
+            # A query whose bit is 0 reads the left child's empty prefix (0).
+            total += child_sums.view(-1, width)[left_child * (child_size + 1) + left * bit]
+            count = torch.where(bit == 1, count - left, left)
+            block = left_child + bit
         return total
 
 
