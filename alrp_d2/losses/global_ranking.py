@@ -5,8 +5,8 @@ its gradients then depend on how many workers share the batch. With a :class:`Ra
 the ranking losses rank the union of all workers' pairs exactly, without moving a negative:
 
 1. the workers all-gather their numbers of positives (a few integers);
-2. they all-gather the positives' scores (and, for aLRP Loss, their E_loc): O(P) floats, P the
-   number of positives of the whole batch;
+2. they all-gather the positives' scores (and, for aLRP Loss, their E_loc; for Rank & Sort Loss,
+   their targets): O(P) floats, P the number of positives of the whole batch;
 3. every worker builds the same band edges of the global positives and buckets its own
    negatives into the 2P + 1 gaps between them; the per-gap counts and score sums are
    all-reduced (O(P) floats). From them every worker has the global N_FP(i) and rank(i) of
