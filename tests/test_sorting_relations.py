@@ -5,9 +5,15 @@ from __future__ import annotations
 import pytest
 import torch
 
+from alrp_d2.losses.relation_sums import PositiveRanking
 from alrp_d2.losses.sorting_relations import SortingRelations, TargetOrderTree
 
 from .loop_reference import smooth_step
+
+
+def step(x: torch.Tensor) -> torch.Tensor:
+    """The unit step of delta = 0, H(x) = 1 for x >= 0."""
+    return (x >= 0).double()
 
 
 @pytest.mark.parametrize("num", [1, 2, 3, 4, 7, 8, 9, 16, 17, 100])
@@ -38,9 +44,30 @@ def test_sorting_relations_equal_brute_force(delta, ties):
     weights = torch.randn(num, 2, generator=gen, dtype=torch.float64)
     relations = SortingRelations.build(scores, targets, delta)
     difference = scores[None, :] - scores[:, None]  # [i, k] = s_k - s_i
-    step = smooth_step(difference, delta) if delta > 0 else (difference >= 0).double()
+    relation = smooth_step(difference, delta) if delta > 0 else step(difference)
     smaller = targets[None, :] < targets[:, None]  # [i, k]: t_k < t_i
-    torch.testing.assert_close(relations.smaller_target_sums(weights), (step * smaller) @ weights)
-    torch.testing.assert_close(relations.at_least_target_sums(weights), (step * ~smaller) @ weights)
+    torch.testing.assert_close(relations.smaller_target_sums(weights), (relation * smaller) @ weights)
+    torch.testing.assert_close(relations.at_least_target_sums(weights), (relation * ~smaller) @ weights)
     # sum_{i: t_i > t_k} w_i H(s_k - s_i) for every k: the transpose of the "smaller" relation.
-    torch.testing.assert_close(relations.larger_target_source_sums(weights), (step * smaller).T @ weights)
+    torch.testing.assert_close(relations.larger_target_source_sums(weights), (relation * smaller).T @ weights)
+
+
+def test_unit_step_ranking_equals_brute_force():
+    """The relation sums with delta = 0: H(x) = 1 for x >= 0, so ties count fully, also H(0) of a
+    positive with itself (removed from rank^+ = 1 + sum_{k != i} H(x_ik))."""
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.round(torch.randn(200, generator=gen, dtype=torch.float64) * 2) / 2
+    labels = torch.randint(0, 2, (200,), generator=gen)
+    ranking = PositiveRanking.build(logits, labels == 1, labels == 0, 0.0)
+    positives = ranking.positive_scores
+    negatives = logits[labels == 0] - logits[labels == 1].min()
+    weights = torch.rand(positives.numel(), generator=gen, dtype=torch.float64)
+    among_positives = step(positives[None, :] - positives[:, None]) - torch.eye(positives.numel())
+    num_false_positives = step(negatives[None, :] - positives[:, None]).sum(1)
+    torch.testing.assert_close(ranking.num_false_positives, num_false_positives)
+    torch.testing.assert_close(ranking.rank, 1 + among_positives.sum(1) + num_false_positives)
+    torch.testing.assert_close(ranking.positive_relation_sum(weights), among_positives @ weights)
+    relevant = negatives[negatives >= 0]
+    torch.testing.assert_close(
+        ranking.negative_relation_sum(weights), step(relevant[:, None] - positives[None, :]) @ weights
+    )
