@@ -1,16 +1,18 @@
 """Every figure a GPU should add to README, in one command, written as one markdown report.
 
-    python benchmarks/gpu_report.py --official-repo PATH/aLRPLoss --brl-repo PATH/BucketedRankingBasedLosses \\
-        --output gpu_report.md
+    python benchmarks/gpu_report.py --official-repo PATH/aLRPLoss --ranksort-repo PATH/RankSortLoss \\
+        --brl-repo PATH/BucketedRankingBasedLosses --output gpu_report.md
     python benchmarks/gpu_report.py --device cpu --quick --output report.md   # small sizes, minutes on a CPU
 
 Sections:
 
-1. **Exactness**: aLRP Loss, AP Loss and the interpolated AP Loss on ``--device`` in float32 against
-   float64 on the CPU (the values and every gradient element, largest relative difference).
+1. **Exactness**: aLRP Loss, AP Loss, the interpolated AP Loss and Rank & Sort Loss on ``--device`` in
+   float32 against float64 on the CPU (the values and every gradient element, largest relative
+   difference).
 2. **Loss speed** at COCO scale (8 x 32,736 anchors x 80 classes, 1,500 positives, start-of-training
-   scores): forward and backward of ours against the official loops and BRL's bucketed AP Loss, the
-   same inputs, the rows taking turns (median time), and the largest gradient difference from ours.
+   scores): forward and backward of ours against the official loops and BRL's bucketed AP Loss and
+   Rank & Sort Loss, the same inputs, the rows taking turns (median time), and the largest gradient
+   difference from ours.
 3. **Training iteration**: aLRP RetinaNet against detectron2's focal-loss RetinaNet and aLRP Faster
    R-CNN against detectron2's (R50-FPN, ``--batch`` images of 512 x 512; ``benchmarks/train_iter.py``).
 4. **Host synchronisations** per training step of every detector (``tests/d2/test_host_syncs.py``).
@@ -37,7 +39,7 @@ from torch import Tensor
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from alrp_d2.losses import alrp_loss, ap_loss  # noqa: E402
+from alrp_d2.losses import alrp_loss, ap_loss, rank_sort_loss  # noqa: E402
 from benchmarks import loss_memory, train_iter  # noqa: E402
 from benchmarks.reference_losses import REFERENCES, load_reference  # noqa: E402
 from tests.d2.test_host_syncs import DETECTORS, count_training_step  # noqa: E402
@@ -83,11 +85,20 @@ def run_loss(loss: Loss, logits: Tensor, labels: Tensor, errors: Tensor) -> Tupl
     return [output.detach() for output in outputs], leaf.grad
 
 
+def rank_sort_targets(labels: Tensor, errors: Tensor) -> Tensor:
+    """RS Loss's continuous labels for a problem: 1 - E_loc / 2 (in (0.5, 1]) for the positives, 0
+    for the negatives, -1 for the ignored entries."""
+    targets = labels.to(errors.dtype).clamp(max=0)
+    targets[labels == 1] = 1.0 - errors.detach() / 2
+    return targets
+
+
 def our_losses() -> Dict[str, Loss]:
     return {
         "aLRP Loss": lambda logits, labels, errors: alrp_loss(logits, labels, errors),
         "AP Loss": lambda logits, labels, errors: (ap_loss(logits, labels),),
         "interpolated AP Loss": lambda logits, labels, errors: (ap_loss(logits, labels, eps=None, interpolated=True),),
+        "Rank & Sort Loss": lambda logits, labels, errors: rank_sort_loss(logits, rank_sort_targets(labels, errors)),
     }
 
 
@@ -110,18 +121,28 @@ def exactness(device: str, num_logits: int) -> str:
 def reference_rows(args: argparse.Namespace) -> List[Tuple[str, str, Loss]]:
     """(loss, implementation, function) of every reference whose repository is given."""
     rows: List[Tuple[str, str, Loss]] = []
-    repos = {"official": args.official_repo, "BRL": args.brl_repo}
-    for (loss, implementation), _ in REFERENCES.items():
-        repo = repos[implementation]
-        if loss == "rank_sort" or repo is None:
+    for loss, implementation in REFERENCES:
+        repo = reference_repository(args, loss, implementation)
+        if repo is None:
             continue
         reference = load_reference(loss, implementation, repo, args.device)
         if loss == "alrp":
             rows.append(("aLRP Loss", implementation, lambda x, y, e, f=reference: f(x, y, e, 1.0)))
+        elif loss == "rank_sort":
+            rows.append(
+                ("Rank & Sort Loss", implementation, lambda x, y, e, f=reference: f(x, rank_sort_targets(y, e), 0.5))
+            )
         else:  # the official AP Loss interpolates the precision, BRL's bucketed one does not
             name = "interpolated AP Loss" if implementation == "official" else "AP Loss"
             rows.append((name, implementation, lambda x, y, e, f=reference: f(x, y, 1.0)))
     return rows
+
+
+def reference_repository(args: argparse.Namespace, loss: str, implementation: str) -> Optional[str]:
+    """The checkout given for a reference implementation (None: not given)."""
+    if implementation == "BRL":
+        return args.brl_repo
+    return args.ranksort_repo if loss == "rank_sort" else args.official_repo
 
 
 def loss_speed(args: argparse.Namespace, num_logits: int) -> str:
@@ -148,8 +169,7 @@ def loss_speed(args: argparse.Namespace, num_logits: int) -> str:
         difference = "-" if impl == "ours" else f"{relative(grads[(name, impl)], grads[(name, 'ours')]):.1e}"
         rows.append([name, impl, f"{median:.4f} s", f"{median / ours_median:.1f}x", difference])
     for loss, implementation in REFERENCES:
-        given = {"official": args.official_repo, "BRL": args.brl_repo}[implementation]
-        if loss != "rank_sort" and given is None:
+        if reference_repository(args, loss, implementation) is None:
             rows.append([loss, implementation, "not run (no repository given)", "-", "-"])
     header = ["loss", "implementation", f"time, {num_logits:,} logits", "vs ours", "gradient vs ours"]
     return markdown(header, rows)
@@ -212,6 +232,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda", choices=["cpu", "cuda"])
     parser.add_argument("--official-repo", help="a checkout of kemaloksuz/aLRPLoss")
+    parser.add_argument("--ranksort-repo", help="a checkout of kemaloksuz/RankSortLoss")
     parser.add_argument("--brl-repo", help="a checkout of blisgard/BucketedRankingBasedLosses")
     parser.add_argument("--output", default="gpu_report.md")
     parser.add_argument("--quick", action="store_true", help="small sizes: checks that the report runs")

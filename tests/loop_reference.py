@@ -1,4 +1,5 @@
-"""Straightforward transcriptions of App. E Algorithm 2 (a Python loop over positives).
+"""Straightforward transcriptions of App. E Algorithm 2 and of the official Rank & Sort Loss (a
+Python loop over positives).
 
 They are the reference the fast losses are tested and benchmarked against. Everything is
 computed in float64. Where the paper contradicts itself, docs/paper_notes.md says what is
@@ -130,3 +131,49 @@ def interpolated_ap_loss_loop(
 
     logits_grad = _logit_gradient(scores, fg_mask, bg_mask, fg_grad, bg_grad)
     return 1 - precision.mean(), logits_grad
+
+
+def rank_sort_loss_loop(
+    logits: Tensor, targets: Tensor, delta: float = 0.5, eps: float = 1e-10
+) -> Tuple[Tensor, Tensor, Tensor]:
+    """The official Rank & Sort Loss (kemaloksuz/RankSortLoss, ``mmdet/models/losses/ranking_losses.py``,
+    ``RankSort.forward``): targets in (0, 1] positive, 0 negative, < 0 ignored; the positive itself
+    counts in rank^+ with H(0) (0.5, or 1 with the unit step of ``delta = 0``); strict eps gates.
+    Returns ``(ranking_loss, sorting_loss, d ranking_loss / d logits)``; the sorting loss has no
+    gradient. The loop visits the positives by index (the official loop's score order changes
+    nothing but the order of float additions)."""
+    targets = targets.double()
+    labels = torch.where(targets > 0, 1, torch.where(targets == 0, 0, -1))
+    scores, fg_mask, fg, bg_mask, bg = _positives_and_relevant_negatives(logits, labels, delta)
+    fg_targets = targets[fg_mask]
+    num_fg = fg.numel()
+
+    def relation(x: Tensor) -> Tensor:
+        return smooth_step(x, delta) if delta > 0 else (x >= 0).double()
+
+    fg_grad = fg.new_zeros(num_fg)
+    bg_grad = bg.new_zeros(bg.numel())
+    ranking_error = fg.new_zeros(num_fg)
+    sorting_error = fg.new_zeros(num_fg)
+    for i in range(num_fg):
+        fg_relations = relation(fg - fg[i])
+        bg_relations = relation(bg - fg[i])
+        rank_pos = fg_relations.sum()
+        num_fp = bg_relations.sum()
+        ranking_error[i] = num_fp / (rank_pos + num_fp)
+        current_sorting_error = (fg_relations * (1 - fg_targets)).sum() / rank_pos
+        not_smaller = fg_targets >= fg_targets[i]
+        target_relations = fg_relations * not_smaller
+        target_sorting_error = (target_relations * (1 - fg_targets)).sum() / target_relations.sum()
+        sorting_error[i] = current_sorting_error - target_sorting_error
+        if num_fp > eps:
+            fg_grad[i] -= ranking_error[i]
+            bg_grad += bg_relations * ranking_error[i] / num_fp
+        missorted = fg_relations * ~not_smaller
+        sorting_pmf_denominator = missorted.sum()
+        if sorting_pmf_denominator > eps:
+            fg_grad[i] -= sorting_error[i]
+            fg_grad += missorted * sorting_error[i] / sorting_pmf_denominator
+
+    logits_grad = _logit_gradient(scores, fg_mask, bg_mask, fg_grad, bg_grad)
+    return ranking_error.mean(), sorting_error.mean(), logits_grad

@@ -7,9 +7,17 @@ from __future__ import annotations
 import pytest
 import torch
 
-from alrp_d2.losses import alrp_loss_indexed, alrp_loss_terms, ap_loss_indexed, ap_loss_terms, relation_sums
+from alrp_d2.losses import (
+    alrp_loss_indexed,
+    alrp_loss_terms,
+    ap_loss_indexed,
+    ap_loss_terms,
+    rank_sort_loss_indexed,
+    rank_sort_loss_terms,
+    relation_sums,
+)
 
-from .loop_reference import alrp_loss_loop, ap_loss_loop
+from .loop_reference import alrp_loss_loop, ap_loss_loop, rank_sort_loss_loop
 from .test_ranking_losses import TOLERANCE, assert_relative
 
 NUM_CLASSES = 4
@@ -110,3 +118,34 @@ def test_no_positive_gives_connected_zeros():
     terms = alrp_loss_indexed(logits, torch.zeros(0, dtype=torch.long), errors, torch.ones(5, 1, dtype=torch.bool))
     (terms.loss_cls + terms.loss_loc).backward()
     assert terms.loss_cls.item() == 0 and torch.all(logits.grad == 0)
+
+
+@pytest.mark.parametrize("delta", [0.5, 0.0])
+@pytest.mark.parametrize("seed", range(6))
+def test_rank_sort_indexed_equals_targets_whatever_the_order_of_the_positives(seed, delta, monkeypatch):
+    """Also with the negatives in many float64 chunks; the unit step (delta 0) places a negative
+    equal to a positive's score above it, also after the edges are rounded to float32."""
+    monkeypatch.setattr(relation_sums, "CHUNK", 5)
+    logits, row_labels, labels = detection_case(seed, torch.float32)
+    gen = torch.Generator().manual_seed(200 + seed)
+    flat_positives = torch.nonzero(labels == 1).squeeze(1)
+    ious = torch.rand(len(flat_positives), generator=gen).clamp_min(0.05)
+    ious[: len(ious) // 2] = 0.5  # equal targets
+    targets = labels.to(torch.float32).clamp(max=0)
+    targets[flat_positives] = ious
+    order = torch.randperm(len(flat_positives), generator=gen)
+
+    leaf = logits.flatten().clone().requires_grad_(True)
+    expected = rank_sort_loss_terms(leaf, targets, delta=delta)
+    (expected_grad,) = torch.autograd.grad(expected.ranking_loss, [leaf])
+    leaf = logits.clone().requires_grad_(True)
+    valid = (row_labels >= 0)[:, None]
+    terms = rank_sort_loss_indexed(leaf, flat_positives[order], ious[order], valid, delta=delta)
+    (grad,) = torch.autograd.grad(terms.ranking_loss, [leaf])
+    assert_relative(terms.ranking_loss, expected.ranking_loss, 1e-5)
+    assert_relative(terms.sorting_loss, expected.sorting_loss, 1e-5)
+    assert_relative(grad.flatten(), expected_grad, 1e-5)
+    loop_ranking, loop_sorting, loop_grad = rank_sort_loss_loop(logits.flatten(), targets, delta=delta)
+    assert_relative(terms.ranking_loss, loop_ranking, 1e-5)
+    assert_relative(terms.sorting_loss, loop_sorting, 1e-5)
+    assert_relative(grad.flatten(), loop_grad, 1e-5)

@@ -5,11 +5,13 @@ from .ap_loss import ap_loss, ap_loss_indexed, ap_loss_terms
 from .error_driven import NonFiniteInputError, RankingLossOutput
 from .global_ranking import RankingGroup, ranking_group
 from .localisation_error import loc_error
+from .rank_sort_loss import RankSortLossTerms, rank_sort_loss, rank_sort_loss_indexed, rank_sort_loss_terms
 
 __all__ = [
     "AlrpLossTerms",
     "NonFiniteInputError",
     "RankingGroup",
+    "RankSortLossTerms",
     "RankingLossOutput",
     "alrp_loss",
     "alrp_loss_indexed",
@@ -18,5 +20,8 @@ __all__ = [
     "ap_loss_indexed",
     "ap_loss_terms",
     "loc_error",
+    "rank_sort_loss",
+    "rank_sort_loss_indexed",
+    "rank_sort_loss_terms",
     "ranking_group",
 ]

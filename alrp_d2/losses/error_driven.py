@@ -72,15 +72,17 @@ class ErrorDrivenRankingLoss(torch.autograd.Function):
     As in App. E line 28, a positive with N_FP(i) < eps neither receives nor distributes a
     gradient. The returned value is ``1/Z sum_i loss_terms(i)``; ``loss_terms`` defaults to
     ``errors`` and lets a loss report one component of itself (aLRP's classification part,
-    Eq. 11) while carrying the score gradient of the whole (App. F.3).
+    Eq. 11) while carrying the score gradient of the whole (App. F.3). ``extra_positive_grad``
+    (per positive, already divided by Z, not gated) is added to the positives' gradients: the
+    update of a second error among the positives, such as RS Loss's sorting error.
 
     In a global ranking (``ranking.exchange`` set) P holds every worker's positives and the
     loss is the global one on every worker; the logits receive their gradient multiplied by
     the world size, so that DDP's average over the workers is the global loss's gradient. The
     negative gradient magnitude is summed over the workers (one all-reduce of one float).
 
-    Call as ``ErrorDrivenRankingLoss.apply(logits, ranking, errors, targets, loss_terms, eps)``
-    with per-positive tensors in the ranking's sorted order. Returns
+    Call as ``ErrorDrivenRankingLoss.apply(logits, ranking, errors, targets, loss_terms, eps[,
+    extra_positive_grad])`` with per-positive tensors in the ranking's sorted order. Returns
     ``(loss, positive_gradient_magnitude, negative_gradient_magnitude)``; only ``loss`` is
     differentiable, with respect to ``logits``.
     """
@@ -94,11 +96,14 @@ class ErrorDrivenRankingLoss(torch.autograd.Function):
         targets: Tensor,
         loss_terms: Optional[Tensor],
         eps: float,
+        extra_positive_grad: Optional[Tensor] = None,
     ) -> Tuple[Tensor, Tensor, Tensor]:
         normaliser = ranking.num_positives
         update = errors - targets  # -(Delta x_ij) / p(j|i), line 3
         active = ranking.num_false_positives >= eps
         positive_grad = torch.where(active, -update, 0.0) / normaliser
+        if extra_positive_grad is not None:
+            positive_grad = positive_grad + extra_positive_grad
         distributed = torch.where(active, update / ranking.num_false_positives.clamp_min(eps), 0.0) / normaliser
         dtype = output_dtype(logits)
         negative_grad = ranking.negative_relation_sum(distributed, dtype)
@@ -126,4 +131,4 @@ class ErrorDrivenRankingLoss(torch.autograd.Function):
         grad = negative_grad.new_zeros(negative_mask.shape).masked_scatter_(negative_mask, negative_grad)
         grad.mul_(scale)
         grad[positive_index] = positive_grad * scale
-        return grad.view(ctx.shape), None, None, None, None, None
+        return grad.view(ctx.shape), None, None, None, None, None, None

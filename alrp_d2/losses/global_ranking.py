@@ -5,8 +5,8 @@ its gradients then depend on how many workers share the batch. With a :class:`Ra
 the ranking losses rank the union of all workers' pairs exactly, without moving a negative:
 
 1. the workers all-gather their numbers of positives (a few integers);
-2. they all-gather the positives' scores (and, for aLRP Loss, their E_loc): O(P) floats, P the
-   number of positives of the whole batch;
+2. they all-gather the positives' scores (and, for aLRP Loss, their E_loc; for Rank & Sort Loss,
+   their targets): O(P) floats, P the number of positives of the whole batch;
 3. every worker builds the same band edges of the global positives and buckets its own
    negatives into the 2P + 1 gaps between them; the per-gap counts and score sums are
    all-reduced (O(P) floats). From them every worker has the global N_FP(i) and rank(i) of
@@ -25,7 +25,7 @@ the losses are exactly the per-worker ones.
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 import torch
 import torch.distributed as dist
@@ -38,6 +38,7 @@ __all__ = [
     "RANKINGS",
     "PositiveExchange",
     "RankingGroup",
+    "exchange_checked",
     "exchange_counts",
     "exchange_positives",
     "global_mean",
@@ -138,19 +139,22 @@ def exchange_counts(
 ) -> Tuple[int, Optional[PositiveExchange]]:
     """The number of positives of the ranking (of all workers with a group) and the exchange
     (``None`` without a group) for inputs that need no validation."""
-    if group is None:
-        return num_positives, None
-    exchange = group.exchange(num_positives, False, device)
-    if exchange.failed:
-        raise NonFiniteInputError(f"ranking loss inputs of worker(s) {exchange.failed} are invalid")
-    return exchange.total, exchange
+    return exchange_checked(lambda: num_positives, device, group)
 
 
 def exchange_positives(
     logits: Tensor, labels: Tensor, extra: Optional[Tensor], group: Optional[RankingGroup]
 ) -> Tuple[int, Optional[PositiveExchange]]:
     """Validates this worker's inputs (:func:`check_ranking_inputs`) and, with a group, exchanges
-    the numbers of positives.
+    the numbers of positives (see :func:`exchange_checked`)."""
+    return exchange_checked(lambda: check_ranking_inputs(logits, labels, extra), logits.device, group)
+
+
+def exchange_checked(
+    check: Callable[[], int], device: torch.device, group: Optional[RankingGroup]
+) -> Tuple[int, Optional[PositiveExchange]]:
+    """Runs ``check`` (it validates this worker's inputs and returns its number of positives)
+    and, with a group, exchanges the numbers of positives.
 
     Returns:
         The number of positives of the ranking (of all workers with a group) and the exchange
@@ -158,13 +162,13 @@ def exchange_positives(
         no worker waits for the others in a collective.
     """
     if group is None:
-        return check_ranking_inputs(logits, labels, extra), None
+        return check(), None
     error: Optional[Exception] = None
     try:
-        num_positives = check_ranking_inputs(logits, labels, extra)
+        num_positives = check()
     except (NonFiniteInputError, ValueError, TypeError) as caught:
         error, num_positives = caught, 0
-    exchange = group.exchange(num_positives, error is not None, logits.device)
+    exchange = group.exchange(num_positives, error is not None, device)
     if error is not None:
         raise error
     if exchange.failed:

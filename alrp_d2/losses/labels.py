@@ -11,10 +11,10 @@ from torch import Tensor
 
 from .error_driven import NonFiniteInputError
 
-__all__ = ["check_ranking_inputs", "positives_of_labels"]
+__all__ = ["check_ranking_inputs", "positives_of_labels", "raise_if_non_finite"]
 
 
-def _raise_if_non_finite(values: Tensor, name: str) -> None:
+def raise_if_non_finite(values: Tensor, name: str) -> None:
     """Raises when ``values`` hold a NaN or inf; a finite tensor whose sum overflowed passes."""
     count = int((~torch.isfinite(values)).sum())
     if count:
@@ -59,7 +59,7 @@ def check_ranking_inputs(logits: Tensor, labels: Tensor, extra: Optional[Tensor]
     if label_min < -1 or label_max > 1:
         raise ValueError("labels must be 1 (positive), 0 (negative) or -1 (ignored)")
     if not logits_finite:
-        _raise_if_non_finite(logits, "logits")
+        raise_if_non_finite(logits, "logits")
     if extra is not None:
         extra_finite, extra_min = extra_checks
         if extra.shape != (num_positives,):
@@ -67,7 +67,7 @@ def check_ranking_inputs(logits: Tensor, labels: Tensor, extra: Optional[Tensor]
                 f"expected one localisation error per positive ({num_positives}), got shape {tuple(extra.shape)}"
             )
         if not extra_finite:
-            _raise_if_non_finite(extra, "localisation errors")
+            raise_if_non_finite(extra, "localisation errors")
         if extra_min < 0:
             raise ValueError(f"localisation errors must be >= 0, got a minimum of {extra_min}")
     return num_positives

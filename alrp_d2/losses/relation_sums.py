@@ -16,7 +16,8 @@ search per source. Sources in the same gap between edges share their prefixes, s
 counts), and ``sum_i w_i H(v_j - q_i) = A[gap] + B[gap] v_j`` with two per-gap coefficients
 (prefix sums). No P x N matrix, no loop over positives; everything is accumulated in float64.
 H is continuous, so a source that rounding places on the other side of an edge contributes the
-same.
+same. ``delta = 0`` is the unit step ``H(x) = 1`` for ``x >= 0`` (``H(0) = 1``): the two edges of a
+positive coincide, a source equal to a positive's score lies above it, and there is no band.
 
 The negatives stay in the logits' dtype: they are placed among the band edges rounded down to that
 dtype, which compares exactly as float64 would, and are turned into float64 in chunks of
@@ -79,6 +80,7 @@ class BandEdges:
 
     A source in gap ``g`` (``g`` edges below it) lies fully above the positives
     ``[0, above_end[g])`` and inside the band of the positives ``[above_end[g], band_end[g])``.
+    With ``delta = 0`` (the unit step) a source's gap counts the edges at or below it.
     """
 
     delta: float
@@ -97,16 +99,27 @@ class BandEdges:
     def num_gaps(self) -> int:
         return self.edges.numel() + 1
 
+    @property
+    def self_relation(self) -> float:
+        """H(0): 0.5 for the smoothed step, 1 for the unit step (``delta = 0``)."""
+        return 1.0 if self.delta == 0 else 0.5
+
     def locate(self, values: Tensor, offset: Optional[Tensor] = None) -> Tensor:
-        """The gap of every value (int32), for values on the positives' scale (``offset`` None)
-        or in their own dtype and shifted by ``offset``: the edges plus the offset are rounded
-        down to that dtype, so that ``edge < value`` holds exactly when it holds in float64."""
+        """The gap of every value (int32): the number of edges below it (at or below it for the
+        unit step, whose H(0) = 1), for values on the positives' scale (``offset`` None) or in
+        their own dtype and shifted by ``offset``: the edges plus the offset are rounded to that
+        dtype (down, or up for the unit step), so that the comparisons hold exactly when they hold
+        in float64."""
         edges = self.edges
+        unit_step = self.delta == 0
         if offset is not None:
             raw = edges + offset
             edges = raw.to(values.dtype)
-            edges = torch.where(edges.double() > raw, torch.nextafter(edges, edges.new_tensor(-torch.inf)), edges)
-        return torch.bucketize(values, edges, out_int32=True)
+            if unit_step:
+                edges = torch.where(edges.double() < raw, torch.nextafter(edges, edges.new_tensor(torch.inf)), edges)
+            else:
+                edges = torch.where(edges.double() > raw, torch.nextafter(edges, edges.new_tensor(-torch.inf)), edges)
+        return torch.bucketize(values, edges, out_int32=True, right=unit_step)
 
     def gap_totals(self, sources: Sources, weights: Optional[Tensor] = None) -> Tensor:
         """(2, num_gaps) float64: every gap's sum of the sources' weights ``u`` (``None``: all 1,
@@ -121,16 +134,18 @@ class BandEdges:
     def sum_from_gap_totals(self, queries: Tensor, totals: Tensor) -> Tensor:
         """``sum_j u_j H(v_j - q_i)`` for every sorted positive ``q_i`` from the sources'
         :meth:`gap_totals`: per-gap sums scattered to where the gaps' prefixes end."""
-        inv_two_delta = 0.5 / self.delta
         gap_weight = totals[0]
-        gap_constant = totals[1] * inv_two_delta + 0.5 * gap_weight
         num = queries.numel()
         above = queries.new_zeros(num + 1).index_add_(0, self.above_end, gap_weight)
+        # Sources above query i: gaps whose above-prefix ends after i (a suffix sum).
+        above = torch.flip(torch.cumsum(torch.flip(above, [0]), 0), [0])[1:]
+        if self.delta == 0:
+            return above
+        inv_two_delta = 0.5 / self.delta
+        gap_constant = totals[1] * inv_two_delta + 0.5 * gap_weight
         band = queries.new_zeros(2, num + 1)
         for row, value in enumerate((gap_constant, gap_weight)):
             band[row].index_add_(0, self.above_end, value).index_add_(0, self.band_end, -value)
-        # Sources above query i: gaps whose above-prefix ends after i (a suffix sum).
-        above = torch.flip(torch.cumsum(torch.flip(above, [0]), 0), [0])[1:]
         band = torch.cumsum(band, 1)[:, :-1]
         return above + band[0] - band[1] * queries * inv_two_delta
 
@@ -143,17 +158,19 @@ class BandEdges:
         self, queries: Tensor, weights: Tensor, sources: Sources, dtype: torch.dtype = torch.float64
     ) -> Tensor:
         """``sum_i w_i H(v_j - q_i)`` for every source ``v_j``: ``A[gap] + B[gap] v``, in ``dtype``."""
-        inv_two_delta = 0.5 / self.delta
         prefix = _exclusive_cumsum(weights)
-        prefix_weighted = _exclusive_cumsum(weights * queries)
-        above = prefix[self.above_end]
-        band_weight = prefix[self.band_end] - above
-        band_weighted_query = prefix_weighted[self.band_end] - prefix_weighted[self.above_end]
-        intercept = above + 0.5 * band_weight - band_weighted_query * inv_two_delta
-        slope = band_weight * inv_two_delta
+        intercept = above = prefix[self.above_end]
+        slope: Optional[Tensor] = None  # the unit step has no band: H is 1 above, 0 below
+        if self.delta != 0:
+            inv_two_delta = 0.5 / self.delta
+            prefix_weighted = _exclusive_cumsum(weights * queries)
+            band_weight = prefix[self.band_end] - above
+            band_weighted_query = prefix_weighted[self.band_end] - prefix_weighted[self.above_end]
+            intercept = above + 0.5 * band_weight - band_weighted_query * inv_two_delta
+            slope = band_weight * inv_two_delta
         result = torch.empty(len(sources), dtype=dtype, device=queries.device)
         for start, end, values, gap in sources.chunks():
-            result[start:end] = values.mul_(slope[gap]).add_(intercept[gap])
+            result[start:end] = intercept[gap] if slope is None else values.mul_(slope[gap]).add_(intercept[gap])
         return result
 
 
@@ -226,7 +243,7 @@ class PositiveRanking:
             valid: None (every example is ranked) or a bool tensor broadcastable to
                 ``logits.shape``, False for the ignored examples; positives rank whatever
                 their entry.
-            delta: smoothness of H, > 0.
+            delta: smoothness of H, >= 0 (0: the unit step with H(0) = 1).
             exchange: the communication of a global ranking (see
                 :func:`alrp_d2.losses.global_ranking.exchange_counts`); None: this worker's
                 examples only.
@@ -274,8 +291,10 @@ class PositiveRanking:
         if exchange is not None:
             negative_totals = exchange.all_reduce_sum(negative_totals)
         num_false_positives = edges.sum_from_gap_totals(positive_scores, negative_totals)
-        # rank^+ = 1 + sum_{k != i} H(x_ik): the sum over all k includes the self term H(0) = 0.5.
-        rank_positive = 0.5 + edges.sum_at_positives(positive_scores, Sources(positive_scores, positive_gap))
+        # rank^+ = 1 + sum_{k != i} H(x_ik): the sum over all k includes the self term H(0).
+        rank_positive = (1.0 - edges.self_relation) + edges.sum_at_positives(
+            positive_scores, Sources(positive_scores, positive_gap)
+        )
         return PositiveRanking(
             positive_index=positive_index,
             positive_order=order,
@@ -317,10 +336,10 @@ class PositiveRanking:
 
     def positive_relation_sum(self, weights: Tensor) -> Tensor:
         """``sum_{k in P, k != i} w_k H(x_ik)`` for every sorted positive ``i`` (the self term
-        H(0) = 0.5 is removed)."""
+        H(0) is removed)."""
         scores = self.positive_scores
         total = self.edges.sum_at_positives(scores, Sources(scores, self.positive_gap), weights)
-        return total - 0.5 * weights
+        return total - self.edges.self_relation * weights
 
     def negative_relation_sum(self, weights: Tensor, dtype: torch.dtype = torch.float64) -> Tensor:
         """``sum_{i in P} w_i H(x_ij)`` for every relevant negative ``j``, in ``dtype``.

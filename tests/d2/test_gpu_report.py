@@ -63,4 +63,6 @@ def test_quick_cpu_report(tmp_path):
         assert f"## {section}" in text
     assert "| aLRP Loss | official |" in text and "| interpolated AP Loss | official |" in text
     assert "| ap | BRL | not run (no repository given) |" in text
+    assert "| rank_sort | official | not run (no repository given) |" in text
+    assert "| Rank & Sort Loss | ours |" in text
     assert "| faster_rcnn | 2 | 4 |" in text  # two ranking heads, two synchronisations each

@@ -1,0 +1,211 @@
+"""Rank & Sort Loss (Oksuz et al., ICCV 2021) with the semantics of the official ``RankSort``.
+
+For the positives ``P`` (target ``t_i`` in (0, 1], e.g. the IoU of the prediction), the relevant
+negatives ``N`` (target 0, score ``>= min_P s - delta``) and the step ``H`` of
+:mod:`alrp_d2.losses.relation_sums` with ``x_ij = s_j - s_i``:
+
+* ``rank^+(i) = sum_{k in P} H(x_ik)``: the positive itself counts, with H(0) = 0.5 (1 for the unit
+  step, ``delta = 0``); ``N_FP(i) = sum_{j in N} H(x_ij)``; ``rank(i) = rank^+(i) + N_FP(i)``;
+* ranking error ``l_R(i) = N_FP(i) / rank(i)`` (target 0);
+* sorting error ``l_S(i) = sum_{k in P} H(x_ik) (1 - t_k) / rank^+(i)
+  - sum_{k: t_k >= t_i} H(x_ik) (1 - t_k) / sum_{k: t_k >= t_i} H(x_ik)``, the current minus the
+  target error of the positives sorted by target.
+
+The losses are ``1/|P| sum_i l_R(i)`` and ``1/|P| sum_i l_S(i)``. The score gradient is the
+error-driven update of both errors (:class:`alrp_d2.losses.error_driven.ErrorDrivenRankingLoss`):
+a positive with ``N_FP(i) > eps`` gets ``-l_R(i)`` and hands it to the negatives through
+``H(x_ij) / N_FP(i)``; a positive with ``D(i) = sum_{k: t_k < t_i} H(x_ik) > eps`` gets ``-l_S(i)``
+and hands it to the positives sorted above it by mistake (smaller target) through ``H(x_ik) / D(i)``;
+all divided by ``|P|``. As the official backward, only the ranking loss carries this gradient;
+the sorting loss is connected to the logits with a zero gradient. docs/paper_notes.md,
+"Rank & Sort Loss", records every choice.
+
+With ``A, B`` the sums over ``t_k >= t_i`` of ``H(x_ik)`` and ``H(x_ik) (1 - t_k)`` and ``D, E``
+those over ``t_k < t_i``, ``rank^+ = A + D`` and ``l_S = (A E - B D) / (rank^+ A)``, which is exactly
+0 when nothing is sorted above ``i`` by mistake. ``N_FP`` and the negative gradients come from the
+relation sums in O((P + N) log P), ``A, B, D, E`` and the positives' sorting gradients from
+:mod:`alrp_d2.losses.sorting_relations` in O(P log P).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple, Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from .error_driven import ErrorDrivenRankingLoss, nan_unless_finite, output_dtype, zero_connected
+from .global_ranking import PositiveExchange, RankingGroup, exchange_checked, exchange_counts
+from .labels import raise_if_non_finite
+from .relation_sums import PositiveRanking
+from .sorting_relations import SortingRelations
+
+__all__ = [
+    "RankSortLossTerms",
+    "check_rank_sort_inputs",
+    "rank_sort_loss",
+    "rank_sort_loss_indexed",
+    "rank_sort_loss_terms",
+]
+
+
+class RankSortLossTerms(NamedTuple):
+    """The two components of RS Loss and the summed magnitudes of the score gradients of the
+    positives and of the negatives."""
+
+    ranking_loss: Tensor
+    sorting_loss: Tensor
+    positive_gradient_magnitude: Tensor
+    negative_gradient_magnitude: Tensor
+
+
+def check_rank_sort_inputs(logits: Tensor, targets: Tensor) -> int:
+    """Validates a flattened RS Loss problem with one host synchronisation and returns its number
+    of positives. ``targets`` must be finite and at most 1 (> 0 positive, 0 negative, < 0 ignored)."""
+    if logits.dim() != 1 or targets.shape != logits.shape:
+        raise ValueError(
+            f"logits and targets must be 1-D tensors of the same length, got {tuple(logits.shape)} "
+            f"and {tuple(targets.shape)}"
+        )
+    if not logits.is_floating_point():
+        raise TypeError(f"logits must be a floating-point tensor, got {logits.dtype}")
+    if not targets.is_floating_point():
+        raise TypeError(
+            f"targets must be a floating-point tensor (IoU in (0, 1] for positives, 0 for negatives, < 0 ignored), "
+            f"got {targets.dtype}"
+        )
+    if logits.numel() == 0:
+        return 0
+    logits, targets = logits.detach(), targets.detach()
+    checks = [
+        torch.count_nonzero(targets > 0),
+        torch.isfinite(logits.sum()),
+        torch.isfinite(targets.sum()),
+        targets.max(),
+    ]
+    num_positives, logits_finite, targets_finite, target_max = torch.stack([c.double() for c in checks]).tolist()
+    if not logits_finite:
+        raise_if_non_finite(logits, "logits")
+    if not targets_finite:
+        raise_if_non_finite(targets, "targets")
+    if target_max > 1:
+        raise ValueError(f"targets must be <= 1 (IoU of a positive), got a maximum of {target_max}")
+    return int(num_positives)
+
+
+def _check_hyperparameters(delta: float, eps: float) -> None:
+    if not (delta >= 0 and math.isfinite(delta)):
+        raise ValueError(f"delta must be finite and >= 0, got {delta}")
+    if not eps > 0:
+        raise ValueError(f"eps must be > 0, got {eps}")
+
+
+def rank_sort_loss_indexed(
+    logits: Tensor,
+    positive_index: Tensor,
+    positive_targets: Tensor,
+    valid: Optional[Tensor] = None,
+    delta: float = 0.5,
+    eps: float = 1e-10,
+    group: Optional[RankingGroup] = None,
+) -> RankSortLossTerms:
+    """RS Loss over one ranking of all positives and negatives (module docstring), from the
+    positives' indices as :func:`alrp_d2.losses.alrp_loss_indexed` takes them. The inputs are not
+    validated (:func:`rank_sort_loss_terms` validates targets); a NaN or infinite logit makes the
+    ranking loss NaN, without a host synchronisation.
+
+    Args:
+        logits: classification logits of any shape (M entries), any float dtype (computed in float64).
+        positive_index: (P,) distinct indices of the positives into the flattened logits.
+        positive_targets: (P,) their continuous labels in (0, 1] (e.g. the IoU), in the same order.
+        valid: None, or a bool tensor broadcastable to ``logits.shape``, False for ignored examples.
+        delta: smoothness of H, >= 0; 0 is the official unit step with H(0) = 1.
+        eps: the gates ``N_FP(i) > eps`` and ``D(i) > eps`` (strict, as the official code).
+        group: rank the examples of all workers of this group as one ranking (see
+            :mod:`alrp_d2.losses.global_ranking`): every worker returns the global losses, and its
+            logits receive their gradient times the world size. None: this worker's examples.
+
+    Without positives (of any worker) both losses are zeros connected to ``logits``.
+    """
+    _check_hyperparameters(delta, eps)
+    num_positives, exchange = exchange_counts(positive_index.numel(), group, logits.device)
+    return _rank_sort_loss(logits, positive_index, positive_targets, valid, delta, eps, num_positives, exchange)
+
+
+def _rank_sort_loss(
+    logits: Tensor,
+    positive_index: Tensor,
+    positive_targets: Tensor,
+    valid: Optional[Tensor],
+    delta: float,
+    eps: float,
+    num_positives: int,
+    exchange: Optional[PositiveExchange],
+) -> RankSortLossTerms:
+    dtype = output_dtype(logits)
+    if num_positives == 0:
+        zero = zero_connected(logits, dtype)
+        return RankSortLossTerms(zero, zero, zero.detach(), zero.detach())
+    with torch.autocast(device_type=logits.device.type, enabled=False):
+        positive_targets = positive_targets.detach()
+        ranking = PositiveRanking.build(logits, positive_index, valid, delta, exchange, positive_targets)
+        sorted_targets = ranking.sorted_positive_values(positive_targets).double()
+        relations = SortingRelations.build(ranking.positive_scores, sorted_targets, delta)
+        ranking_errors, sorting_errors, sorting_grad = _errors_and_sorting_update(ranking, relations, eps)
+        # ErrorDrivenRankingLoss gates with N_FP >= gate: the next float above eps makes it N_FP > eps.
+        gate = math.nextafter(eps, math.inf)
+        ranking_loss, positive_magnitude, negative_magnitude = ErrorDrivenRankingLoss.apply(
+            logits, ranking, ranking_errors, torch.zeros_like(ranking_errors), None, gate, sorting_grad
+        )
+        sorting_loss = sorting_errors.mean().to(dtype) + 0.0 * ranking_loss
+    return RankSortLossTerms(
+        nan_unless_finite(ranking_loss, logits), sorting_loss, positive_magnitude, negative_magnitude
+    )
+
+
+def rank_sort_loss_terms(
+    logits: Tensor,
+    targets: Tensor,
+    delta: float = 0.5,
+    eps: float = 1e-10,
+    group: Optional[RankingGroup] = None,
+) -> RankSortLossTerms:
+    """:func:`rank_sort_loss_indexed` with ``targets`` (M,), the continuous label of each entry of
+    the (M,) ``logits``: in (0, 1] (e.g. IoU) for a positive, 0 for a negative, < 0 for an ignored
+    entry. The inputs are validated: shapes, dtypes, NaN or infinite logits or targets, targets > 1
+    raise, naming what is wrong."""
+    _check_hyperparameters(delta, eps)
+    num_positives, exchange = exchange_checked(lambda: check_rank_sort_inputs(logits, targets), logits.device, group)
+    positive_index = torch.nonzero(targets.detach() > 0).squeeze(1)
+    valid = targets.detach() >= 0
+    positive_targets = targets.detach()[positive_index]
+    return _rank_sort_loss(logits, positive_index, positive_targets, valid, delta, eps, num_positives, exchange)
+
+
+def _errors_and_sorting_update(
+    ranking: PositiveRanking, relations: SortingRelations, eps: float
+) -> Tuple[Tensor, Tensor, Tensor]:
+    """``l_R``, ``l_S`` and the sorting update of every sorted positive: ``-l_S(i)`` where
+    ``D(i) > eps``, plus the share ``l_S(i) H(x_ik) / D(i)`` of every ``i`` with ``t_i > t_k``, over |P|."""
+    targets = relations.targets
+    weights = torch.stack([torch.ones_like(targets), 1.0 - targets], 1)
+    at_least, at_least_weighted = relations.at_least_target_sums(weights).unbind(1)
+    smaller, smaller_weighted = relations.smaller_target_sums(weights).unbind(1)
+    rank_positive = at_least + smaller
+    num_false_positives = ranking.num_false_positives
+    ranking_errors = num_false_positives / (rank_positive + num_false_positives)
+    sorting_errors = (at_least * smaller_weighted - at_least_weighted * smaller) / (rank_positive * at_least)
+
+    normaliser = ranking.num_positives
+    active = smaller > eps
+    distributed = torch.where(active, sorting_errors / smaller.clamp_min(eps), 0.0) / normaliser
+    sorting_update = relations.larger_target_source_sums(distributed.unsqueeze(1)).squeeze(1)
+    sorting_update -= torch.where(active, sorting_errors, 0.0) / normaliser
+    return ranking_errors, sorting_errors, sorting_update
+
+
+def rank_sort_loss(logits: Tensor, targets: Tensor, delta: float = 0.5, eps: float = 1e-10) -> Tuple[Tensor, Tensor]:
+    """RS Loss as ``(ranking_loss, sorting_loss)``; see :func:`rank_sort_loss_terms`."""
+    terms = rank_sort_loss_terms(logits, targets, delta, eps)
+    return terms.ranking_loss, terms.sorting_loss
