@@ -14,9 +14,8 @@ from .error_driven import (
     output_dtype,
     zero_connected,
 )
-from .global_ranking import PositiveExchange, RankingGroup, exchange_counts, exchange_positives
-from .labels import positives_of_labels
-from .relation_sums import PositiveRanking
+from .global_ranking import RankingGroup
+from .ranking_inputs import RankingInputs
 
 __all__ = ["AlrpLossTerms", "alrp_loss", "alrp_loss_indexed", "alrp_loss_terms"]
 
@@ -73,26 +72,17 @@ def alrp_loss_indexed(
     Without positives (of any worker) both components are zeros connected to their inputs' graphs.
     """
     check_hyperparameters(delta, eps)
-    num_positives, exchange = exchange_counts(positive_index.numel(), group, logits.device)
-    return _alrp_loss(logits, positive_index, loc_errors, valid, delta, eps, num_positives, exchange)
+    return _alrp_loss(RankingInputs.indexed(logits, positive_index, valid, group), loc_errors, delta, eps)
 
 
-def _alrp_loss(
-    logits: Tensor,
-    positive_index: Tensor,
-    loc_errors: Tensor,
-    valid: Optional[Tensor],
-    delta: float,
-    eps: float,
-    num_positives: int,
-    exchange: Optional[PositiveExchange],
-) -> AlrpLossTerms:
+def _alrp_loss(inputs: RankingInputs, loc_errors: Tensor, delta: float, eps: float) -> AlrpLossTerms:
+    logits = inputs.logits
     dtype = output_dtype(logits)
-    if num_positives == 0:
+    if inputs.num_positives == 0:
         zero = zero_connected(logits, dtype)
         return AlrpLossTerms(zero, zero_connected(loc_errors, dtype), zero.detach(), zero.detach())
     with torch.autocast(device_type=logits.device.type, enabled=False):
-        ranking = PositiveRanking.build(logits, positive_index, valid, delta, exchange, loc_errors)
+        ranking = inputs.rank(delta, loc_errors)
         sorted_errors = ranking.sorted_positive_values(loc_errors).double()
         errors = sorted_errors.detach()
         num_false_positives, rank = ranking.num_false_positives, ranking.rank
@@ -119,9 +109,7 @@ def alrp_loss_terms(
     The inputs are validated: shapes, label values, non-finite logits or errors
     (:class:`~alrp_d2.losses.NonFiniteInputError`) and negative errors raise."""
     check_hyperparameters(delta, eps)
-    num_positives, exchange = exchange_positives(logits, labels, loc_errors, group)
-    positive_index, valid = positives_of_labels(labels)
-    return _alrp_loss(logits, positive_index, loc_errors, valid, delta, eps, num_positives, exchange)
+    return _alrp_loss(RankingInputs.labelled(logits, labels, loc_errors, group), loc_errors, delta, eps)
 
 
 def alrp_loss(

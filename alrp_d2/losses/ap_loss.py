@@ -16,8 +16,8 @@ from .error_driven import (
     output_dtype,
     zero_connected,
 )
-from .global_ranking import PositiveExchange, RankingGroup, exchange_counts, exchange_positives
-from .labels import positives_of_labels
+from .global_ranking import RankingGroup
+from .ranking_inputs import RankingInputs
 from .relation_sums import PositiveRanking
 
 __all__ = ["ap_loss", "ap_loss_indexed", "ap_loss_terms", "interpolated_errors"]
@@ -71,9 +71,7 @@ def ap_loss_indexed(
         The loss with the error-driven gradient and the summed gradient magnitudes of the
         positives and negatives. Without positives the loss is a zero connected to ``logits``.
     """
-    gate = _gate(delta, eps)
-    num_positives, exchange = exchange_counts(positive_index.numel(), group, logits.device)
-    return _ap_loss(logits, positive_index, valid, delta, gate, num_positives, exchange, interpolated)
+    return _ap_loss(RankingInputs.indexed(logits, positive_index, valid, group), delta, _gate(delta, eps), interpolated)
 
 
 def _gate(delta: float, eps: Optional[float]) -> float:
@@ -82,22 +80,14 @@ def _gate(delta: float, eps: Optional[float]) -> float:
     return gate
 
 
-def _ap_loss(
-    logits: Tensor,
-    positive_index: Tensor,
-    valid: Optional[Tensor],
-    delta: float,
-    gate: float,
-    num_positives: int,
-    exchange: Optional[PositiveExchange],
-    interpolated: bool,
-) -> RankingLossOutput:
+def _ap_loss(inputs: RankingInputs, delta: float, gate: float, interpolated: bool) -> RankingLossOutput:
+    logits = inputs.logits
     dtype = output_dtype(logits)
-    if num_positives == 0:
+    if inputs.num_positives == 0:
         zero = zero_connected(logits, dtype)
         return RankingLossOutput(zero, zero.detach(), zero.detach())
     with torch.autocast(device_type=logits.device.type, enabled=False):
-        ranking = PositiveRanking.build(logits, positive_index, valid, delta, exchange)
+        ranking = inputs.rank(delta)
         errors = interpolated_errors(ranking) if interpolated else ranking.num_false_positives / ranking.rank
         loss, positive_magnitude, negative_magnitude = ErrorDrivenRankingLoss.apply(
             logits, ranking, errors, torch.zeros_like(errors), None, gate
@@ -116,9 +106,7 @@ def ap_loss_terms(
     """:func:`ap_loss_indexed` with ``labels`` (M,) 1 positive, 0 negative, -1 ignored for the
     (M,) ``logits``; the inputs are validated (shapes, label values, non-finite logits raise)."""
     gate = _gate(delta, eps)
-    num_positives, exchange = exchange_positives(logits, labels, None, group)
-    positive_index, valid = positives_of_labels(labels)
-    return _ap_loss(logits, positive_index, valid, delta, gate, num_positives, exchange, interpolated)
+    return _ap_loss(RankingInputs.labelled(logits, labels, None, group), delta, gate, interpolated)
 
 
 def ap_loss(

@@ -39,7 +39,6 @@ __all__ = [
     "PositiveExchange",
     "RankingGroup",
     "exchange_checked",
-    "exchange_counts",
     "exchange_positives",
     "global_mean",
     "ranking_group",
@@ -132,14 +131,6 @@ def ranking_group(ranking: str, group: Optional[dist.ProcessGroup] = None) -> Op
     if dist.get_world_size(group) == 1:
         return None
     return RankingGroup(group)
-
-
-def exchange_counts(
-    num_positives: int, group: Optional[RankingGroup], device: torch.device
-) -> Tuple[int, Optional[PositiveExchange]]:
-    """The number of positives of the ranking (of all workers with a group) and the exchange
-    (``None`` without a group) for inputs that need no validation."""
-    return exchange_checked(lambda: num_positives, device, group)
 
 
 def exchange_positives(

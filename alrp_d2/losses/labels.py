@@ -1,17 +1,17 @@
 """The label API of the ranking losses: ``labels`` (M,) with 1 for positives, 0 for negatives
-and -1 for ignored entries, validated once and turned into the positives' indices and the
-validity mask that the losses take."""
+and -1 for ignored entries (Rank & Sort Loss: continuous ``targets``, > 0 for positives), validated
+once and turned into the positives' indices and the validity mask that the losses take."""
 
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import Optional
 
 import torch
 from torch import Tensor
 
 from .error_driven import NonFiniteInputError
 
-__all__ = ["check_ranking_inputs", "positives_of_labels", "raise_if_non_finite"]
+__all__ = ["check_rank_sort_inputs", "check_ranking_inputs", "raise_if_non_finite"]
 
 
 def raise_if_non_finite(values: Tensor, name: str) -> None:
@@ -19,6 +19,18 @@ def raise_if_non_finite(values: Tensor, name: str) -> None:
     count = int((~torch.isfinite(values)).sum())
     if count:
         raise NonFiniteInputError(f"ranking loss received {count} non-finite {name} (NaN or inf)")
+
+
+def _check_flat_pair(logits: Tensor, labels: Tensor, name: str) -> None:
+    """``logits`` and the per-entry ``labels`` (called ``name``) are 1-D of the same length, the
+    logits floating-point."""
+    if logits.dim() != 1 or labels.shape != logits.shape:
+        raise ValueError(
+            f"logits and {name} must be 1-D tensors of the same length, got {tuple(logits.shape)} "
+            f"and {tuple(labels.shape)}"
+        )
+    if not logits.is_floating_point():
+        raise TypeError(f"logits must be a floating-point tensor, got {logits.dtype}")
 
 
 def check_ranking_inputs(logits: Tensor, labels: Tensor, extra: Optional[Tensor] = None) -> int:
@@ -33,13 +45,7 @@ def check_ranking_inputs(logits: Tensor, labels: Tensor, extra: Optional[Tensor]
     Returns:
         The number of positives.
     """
-    if logits.dim() != 1 or labels.shape != logits.shape:
-        raise ValueError(
-            f"logits and labels must be 1-D tensors of the same length, got {tuple(logits.shape)} "
-            f"and {tuple(labels.shape)}"
-        )
-    if not logits.is_floating_point():
-        raise TypeError(f"logits must be a floating-point tensor, got {logits.dtype}")
+    _check_flat_pair(logits, labels, "labels")
     if labels.is_floating_point() or labels.is_complex():
         raise TypeError(f"labels must be an integer or bool tensor (1, 0, -1), got {labels.dtype}")
     # One host synchronisation: the number of positives, whether the logits sum to a finite
@@ -73,7 +79,29 @@ def check_ranking_inputs(logits: Tensor, labels: Tensor, extra: Optional[Tensor]
     return num_positives
 
 
-def positives_of_labels(labels: Tensor) -> Tuple[Tensor, Tensor]:
-    """The flat indices of the positives (in the order of ``labels``) and the (M,) mask of the
-    entries that are not ignored."""
-    return torch.nonzero(labels.reshape(-1) == 1).squeeze(1), labels.reshape(-1) >= 0
+def check_rank_sort_inputs(logits: Tensor, targets: Tensor) -> int:
+    """Validates a flattened RS Loss problem with one host synchronisation and returns its number
+    of positives. ``targets`` must be finite and at most 1 (> 0 positive, 0 negative, < 0 ignored)."""
+    _check_flat_pair(logits, targets, "targets")
+    if not targets.is_floating_point():
+        raise TypeError(
+            f"targets must be a floating-point tensor (IoU in (0, 1] for positives, 0 for negatives, < 0 ignored), "
+            f"got {targets.dtype}"
+        )
+    if logits.numel() == 0:
+        return 0
+    logits, targets = logits.detach(), targets.detach()
+    checks = [
+        torch.count_nonzero(targets > 0),
+        torch.isfinite(logits.sum()),
+        torch.isfinite(targets.sum()),
+        targets.max(),
+    ]
+    num_positives, logits_finite, targets_finite, target_max = torch.stack([c.double() for c in checks]).tolist()
+    if not logits_finite:
+        raise_if_non_finite(logits, "logits")
+    if not targets_finite:
+        raise_if_non_finite(targets, "targets")
+    if target_max > 1:
+        raise ValueError(f"targets must be <= 1 (IoU of a positive), got a maximum of {target_max}")
+    return int(num_positives)

@@ -36,14 +36,13 @@ import torch
 from torch import Tensor
 
 from .error_driven import ErrorDrivenRankingLoss, nan_unless_finite, output_dtype, zero_connected
-from .global_ranking import PositiveExchange, RankingGroup, exchange_checked, exchange_counts
-from .labels import raise_if_non_finite
+from .global_ranking import RankingGroup
+from .ranking_inputs import RankingInputs
 from .relation_sums import PositiveRanking
 from .sorting_relations import SortingRelations
 
 __all__ = [
     "RankSortLossTerms",
-    "check_rank_sort_inputs",
     "rank_sort_loss",
     "rank_sort_loss_indexed",
     "rank_sort_loss_terms",
@@ -58,40 +57,6 @@ class RankSortLossTerms(NamedTuple):
     sorting_loss: Tensor
     positive_gradient_magnitude: Tensor
     negative_gradient_magnitude: Tensor
-
-
-def check_rank_sort_inputs(logits: Tensor, targets: Tensor) -> int:
-    """Validates a flattened RS Loss problem with one host synchronisation and returns its number
-    of positives. ``targets`` must be finite and at most 1 (> 0 positive, 0 negative, < 0 ignored)."""
-    if logits.dim() != 1 or targets.shape != logits.shape:
-        raise ValueError(
-            f"logits and targets must be 1-D tensors of the same length, got {tuple(logits.shape)} "
-            f"and {tuple(targets.shape)}"
-        )
-    if not logits.is_floating_point():
-        raise TypeError(f"logits must be a floating-point tensor, got {logits.dtype}")
-    if not targets.is_floating_point():
-        raise TypeError(
-            f"targets must be a floating-point tensor (IoU in (0, 1] for positives, 0 for negatives, < 0 ignored), "
-            f"got {targets.dtype}"
-        )
-    if logits.numel() == 0:
-        return 0
-    logits, targets = logits.detach(), targets.detach()
-    checks = [
-        torch.count_nonzero(targets > 0),
-        torch.isfinite(logits.sum()),
-        torch.isfinite(targets.sum()),
-        targets.max(),
-    ]
-    num_positives, logits_finite, targets_finite, target_max = torch.stack([c.double() for c in checks]).tolist()
-    if not logits_finite:
-        raise_if_non_finite(logits, "logits")
-    if not targets_finite:
-        raise_if_non_finite(targets, "targets")
-    if target_max > 1:
-        raise ValueError(f"targets must be <= 1 (IoU of a positive), got a maximum of {target_max}")
-    return int(num_positives)
 
 
 def _check_hyperparameters(delta: float, eps: float) -> None:
@@ -129,27 +94,18 @@ def rank_sort_loss_indexed(
     Without positives (of any worker) both losses are zeros connected to ``logits``.
     """
     _check_hyperparameters(delta, eps)
-    num_positives, exchange = exchange_counts(positive_index.numel(), group, logits.device)
-    return _rank_sort_loss(logits, positive_index, positive_targets, valid, delta, eps, num_positives, exchange)
+    return _rank_sort_loss(RankingInputs.indexed(logits, positive_index, valid, group), positive_targets, delta, eps)
 
 
-def _rank_sort_loss(
-    logits: Tensor,
-    positive_index: Tensor,
-    positive_targets: Tensor,
-    valid: Optional[Tensor],
-    delta: float,
-    eps: float,
-    num_positives: int,
-    exchange: Optional[PositiveExchange],
-) -> RankSortLossTerms:
+def _rank_sort_loss(inputs: RankingInputs, positive_targets: Tensor, delta: float, eps: float) -> RankSortLossTerms:
+    logits = inputs.logits
     dtype = output_dtype(logits)
-    if num_positives == 0:
+    if inputs.num_positives == 0:
         zero = zero_connected(logits, dtype)
         return RankSortLossTerms(zero, zero, zero.detach(), zero.detach())
     with torch.autocast(device_type=logits.device.type, enabled=False):
         positive_targets = positive_targets.detach()
-        ranking = PositiveRanking.build(logits, positive_index, valid, delta, exchange, positive_targets)
+        ranking = inputs.rank(delta, positive_targets)
         sorted_targets = ranking.sorted_positive_values(positive_targets).double()
         relations = SortingRelations.build(ranking.positive_scores, sorted_targets, delta)
         ranking_errors, sorting_errors, sorting_grad = _errors_and_sorting_update(ranking, relations, eps)
@@ -176,11 +132,8 @@ def rank_sort_loss_terms(
     entry. The inputs are validated: shapes, dtypes, NaN or infinite logits or targets, targets > 1
     raise, naming what is wrong."""
     _check_hyperparameters(delta, eps)
-    num_positives, exchange = exchange_checked(lambda: check_rank_sort_inputs(logits, targets), logits.device, group)
-    positive_index = torch.nonzero(targets.detach() > 0).squeeze(1)
-    valid = targets.detach() >= 0
-    positive_targets = targets.detach()[positive_index]
-    return _rank_sort_loss(logits, positive_index, positive_targets, valid, delta, eps, num_positives, exchange)
+    inputs = RankingInputs.targeted(logits, targets, group)
+    return _rank_sort_loss(inputs, targets.detach().reshape(-1)[inputs.positive_index], delta, eps)
 
 
 def _errors_and_sorting_update(

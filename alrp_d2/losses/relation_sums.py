@@ -245,7 +245,7 @@ class PositiveRanking:
                 their entry.
             delta: smoothness of H, >= 0 (0: the unit step with H(0) = 1).
             exchange: the communication of a global ranking (see
-                :func:`alrp_d2.losses.global_ranking.exchange_counts`); None: this worker's
+                :class:`alrp_d2.losses.ranking_inputs.RankingInputs`); None: this worker's
                 examples only.
             positive_values: optional per-positive values of this worker (e.g. E_loc), in the
                 order of ``positive_index``, gathered with the scores in a global ranking

@@ -172,16 +172,7 @@ class SortingRelations:
         ``w`` of ``weights`` (P, K)."""
         prefix = self.num_positives - self.num_not_larger
         sums = self.descending.dominance_sums(self._with_scores(weights), prefix, self.source_cuts)
-        width = weights.shape[1]
-        below = sums[:, 0, :width]
-        if self.delta == 0:
-            return below
-        band = sums[:, 1] - sums[:, 0]
-        return (
-            below
-            + 0.5 * band[:, :width]
-            + (self.scores[:, None] * band[:, :width] - band[:, width:]) * (0.5 / self.delta)
-        )
+        return self._plus_band(sums[:, 0, : weights.shape[1]], sums, weights.shape[1], own_score_is_source=True)
 
     def _with_scores(self, weights: Tensor) -> Tensor:
         """(P, 2K): the columns ``u`` and ``u s``."""
@@ -190,12 +181,16 @@ class SortingRelations:
     def _query_sums(self, tree: TargetOrderTree, prefix: Tensor, weights: Tensor) -> Tensor:
         sums = tree.dominance_sums(self._with_scores(weights), prefix, self.query_cuts)
         width = weights.shape[1]
-        above = sums[:, 2, :width] - sums[:, 1, :width]
+        return self._plus_band(sums[:, 2, :width] - sums[:, 1, :width], sums, width, own_score_is_source=False)
+
+    def _plus_band(self, outside: Tensor, sums: Tensor, width: int, own_score_is_source: bool) -> Tensor:
+        """``outside`` (the sum over the partners where H is 0 or 1) plus the band's
+        ``sum u (0.5 + (s_source - s_query) / (2 delta))`` from the band rows of ``sums`` (columns:
+        ``u`` then ``u s`` of the partners); the row's own score is the source's or the query's."""
         if self.delta == 0:
-            return above
+            return outside
         band = sums[:, 1] - sums[:, 0]
-        return (
-            above
-            + 0.5 * band[:, :width]
-            + (band[:, width:] - self.scores[:, None] * band[:, :width]) * (0.5 / self.delta)
-        )
+        difference = band[:, width:] - self.scores[:, None] * band[:, :width]  # sum u (s_partner - s_own)
+        if own_score_is_source:
+            difference = -difference
+        return outside + 0.5 * band[:, :width] + difference * (0.5 / self.delta)
