@@ -22,6 +22,7 @@ def training_cfg(tmp_path, seed: int):
         register_coco_instances(DATASET, {}, *shapes_paths(root, "train"))
     cfg = tiny_retinanet_cfg("quickstart/alrp_retinanet_shapes.yaml")
     cfg.DATASETS.TRAIN = (DATASET,)
+    cfg.MODEL.RETINANET.NUM_CLASSES = 5  # the shapes classes
     cfg.DATALOADER.NUM_WORKERS = 0
     cfg.SOLVER.IMS_PER_BATCH = 2
     cfg.SEED = seed
