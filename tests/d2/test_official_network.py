@@ -15,7 +15,7 @@ import pytest
 import torch
 import torchvision
 from detectron2.data import transforms as T
-from detectron2.data.datasets import load_coco_json
+from detectron2.data.datasets import load_coco_json, register_coco_instances
 from detectron2.data.detection_utils import read_image
 from detectron2.layers import ModulatedDeformConv, ShapeSpec
 from detectron2.modeling import build_anchor_generator, build_backbone, build_model
@@ -28,7 +28,7 @@ from alrp_d2.checkpoint import AlrpPredictor
 from alrp_d2.config import setup_cfg
 from alrp_d2.data import build_alrp_mapper
 from alrp_d2.data.test_resize import MmcvRescale, mmcv_rescale_size
-from alrp_d2.data.training_filter import mmdet_training_filter
+from alrp_d2.data.training_filter import mmdet_training_filter, training_dataset_dicts
 from alrp_d2.modeling import LastLevelP6P7WithoutReLU, MinIoULowQualityMatcher, ModulatedDeformConvWithCpu
 from alrp_d2.modeling.deform_conv import with_cpu_deform_conv
 from alrp_d2.modeling.postprocessing import postprocess_detections
@@ -155,6 +155,20 @@ def test_box_head_fully_connected_layers_start_as_mmdetections():
     assert all(fc.bias.abs().max() == 0 for fc in head.fcs)
 
 
+def test_foveabox_decodes_unclamped_and_targets_the_clamped_box():
+    """The official FoveaBox: exp() of the predicted log-distances unclamped; E_loc's target is the box of the
+    clamped target, here the 2-px-wide object whose left side (0.8 px) becomes 1/16 of the 16-px base edge."""
+    cfg = make_tiny(load_config("foveabox_alrp_R50_500.yaml"))
+    transform = build_model(cfg).box2box_transform
+    anchors = torch.tensor([[20.0, 16.0, 36.0, 32.0]])  # the location (28, 24) of P3, base edge 16
+    deltas = torch.tensor([[5.0, 0.0, 0.0, 0.0]])
+    assert transform.apply_deltas(deltas, anchors)[0, 0] == 28 - 16 * math.exp(5.0)
+    cfg.MODEL.FOVEABOX.CLAMP_PREDICTED_DISTANCES = True
+    assert build_model(cfg).box2box_transform.apply_deltas(deltas, anchors)[0, 0] == pytest.approx(28 - 1000.0)
+    thin = torch.tensor([[27.2, 2.0, 29.2, 46.0]])
+    assert torch.allclose(transform.target_boxes(anchors, thin), torch.tensor([[27.0, 2.0, 29.2, 46.0]]))
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Deformable convolutions on the CPU
 # ---------------------------------------------------------------------------------------------------------------
@@ -254,6 +268,20 @@ def test_mmdet_training_filter_keeps_what_the_official_dataset_keeps(tmp_path):
                 boxes["bboxes"].append(box)
                 boxes["labels"].append(category_ids.index(annotation["category_id"]))
         assert boxes == official, image["image_id"]
+
+
+def test_train_filter_key_chooses_the_training_images(tmp_path):
+    """The trainer's dataset dicts: mmdetection keeps the crowd-only image 2 and drops the 31-px-wide image 4;
+    detectron2 the other way round."""
+    record = json.loads((FIXTURE_DIR / "training_filter.json").read_text())
+    path = tmp_path / "instances.json"
+    path.write_text(json.dumps(record["coco_json"]))
+    register_coco_instances("official_training_filter", {}, str(path), str(tmp_path))
+    cfg = tiny_official_retinanet()
+    cfg.DATASETS.TRAIN = ("official_training_filter",)
+    assert [d["image_id"] for d in training_dataset_dicts(cfg)] == [1, 2, 5, 6]
+    cfg.DATALOADER.TRAIN_FILTER = "detectron2"
+    assert [d["image_id"] for d in training_dataset_dicts(cfg)] == [1, 4, 5, 6]
 
 
 # ---------------------------------------------------------------------------------------------------------------
