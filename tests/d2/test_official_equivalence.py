@@ -120,13 +120,14 @@ def record_output(module: torch.nn.Module, store: Dict[str, Any], key: str, reta
     return module.register_forward_hook(hook)
 
 
-def record_call(owner: Any, name: str, store: Dict[str, Any]) -> None:
-    """Records the arguments and the result of ``owner.name`` (an instance attribute shadowing the method)."""
+def record_call(owner: Any, name: str, store: Dict[str, Any], key: str = "") -> None:
+    """Records the arguments and the result of ``owner.name`` (an instance attribute shadowing the method) in
+    ``store[key or name]``."""
     original = getattr(owner, name)
 
     def wrapper(*args):
         result = original(*args)
-        store[name] = (args, result)
+        store[key or name] = (args, result)
         return result
 
     setattr(owner, name, wrapper)
@@ -444,6 +445,9 @@ def two_stage_run(name: str, variant: str, overrides: Tuple[str, ...] = ()) -> T
     record_output(roi_heads.box_predictor, store, "box_predictor", retain_grad=True)
     record_call(rpn, "losses", store)
     record_call(roi_heads, "label_and_sample_proposals", store)
+    if name == "faster_rcnn_alrp":  # the ranking losses' inputs: (logits, positives, E_loc)
+        record_call(rpn.ranking_loss, "forward", store, "rpn_ranking_loss")
+        record_call(roi_heads.box_predictor.ranking_loss, "forward", store, "box_ranking_loss")
     model.train()
     with EventStorage():
         losses = model(training_inputs())
@@ -516,6 +520,18 @@ def rpn_assignment(run: TwoStageRun) -> List[Tuple[Tensor, Tensor, Tensor]]:
         matched, labels = matcher(pairwise_iou(Boxes(gt), anchors))
         result.append((labels, matched, record["output"]["gt_inds"][run.calls["official_index"]]))
     return result
+
+
+def test_two_stage_localisation_errors():
+    """aLRP Faster R-CNN: E_loc of the RPN's positives (tau 0.7) and of the box head's (the same multisets; the
+    positives' order differs between the frameworks)."""
+    run = two_stage_run("faster_rcnn_alrp", "alrp")
+    calls = run.fixture["variants"]["alrp"]["train"]["calls"]
+    for ours, official in (("rpn_ranking_loss", "rpn_ranking_loss"), ("box_ranking_loss", "roi_ranking_loss")):
+        (_, targets, loc_errors), _ = run.calls[ours]
+        expected = calls[official][0]["regression_losses"]
+        assert len(loc_errors) == len(expected) == len(targets.row) > 0
+        assert relative_error(torch.sort(loc_errors.detach()).values, torch.sort(expected).values) < TOLERANCE
 
 
 def assert_proposals_equal(ours: Instances, official: Tensor) -> None:
