@@ -25,11 +25,29 @@ __all__ = [
 
 CLS_LOSSES = ("alrp", "ap", "ap_interpolated")
 MATCHERS = ("iou", "atss")
+# The ground truth of a low-quality match (a ground truth's best anchor below the positive IoU): "max_iou", the one
+# the anchor overlaps most (detectron2's Matcher); "best_anchor", the one it is the best anchor of, the last such
+# ground truth when several are (mmdetection's MaxIoUAssigner, the official code).
+LOW_QUALITY_MATCH_GTS = ("max_iou", "best_anchor")
+# Localisation loss of a dense detector trained with an AP loss: its E_loc ("giou") or Smooth L1 on the encoded
+# deltas ("smooth_l1", the official AP Loss heads).
+AP_LOC_LOSSES = ("giou", "smooth_l1")
+# Initialisation of the FPN's convolutions: detectron2's c2_xavier_fill or mmdetection's xavier_uniform.
+FPN_WEIGHT_INITS = ("c2_xavier_fill", "xavier_uniform")
+# Test-time resize: detectron2's ResizeShortestEdge (PIL) or mmcv's imrescale (cv2, its rounding).
+TEST_RESIZES = ("detectron2", "mmcv")
+# Training-set filter: detectron2's (DATALOADER.FILTER_EMPTY_ANNOTATIONS) or mmdetection's CocoDataset.
+TRAIN_FILTERS = ("detectron2", "mmdet")
+# E_loc target of aLRP FoveaBox: the ground-truth box, or the box decoded from the clamped target (official).
+FOVEABOX_LOC_TARGETS = ("gt_box", "decoded_target")
 
 # Paper recipe: the norm of the official ResNets (BN statistics frozen, affine trained;
-# alrp_d2/modeling/backbone.py) and the registered backbones that build it.
+# alrp_d2/modeling/backbone.py) and the registered backbones that build it and the MODEL.FPN keys below.
 FROZEN_STATS_BN = "FrozenStatsBN"
 FROZEN_STATS_BN_BACKBONES = ("build_alrp_resnet_fpn_backbone", "build_alrp_retinanet_resnet_fpn_backbone")
+# Backbones that read MODEL.FPN.RELU_BEFORE_P7 (those with a P6-P7 top block), and the other MODEL.FPN keys.
+P7_BACKBONES = ("build_alrp_retinanet_resnet_fpn_backbone", "build_fcos_resnet_fpn_backbone")
+FPN_KEY_BACKBONES = FROZEN_STATS_BN_BACKBONES + ("build_fcos_resnet_fpn_backbone",)
 
 
 def add_alrp_config(cfg: CN) -> None:
@@ -39,6 +57,7 @@ def add_alrp_config(cfg: CN) -> None:
     _add_self_balance_keys(cfg.MODEL.ALRP)
     _add_retinanet_keys(cfg.MODEL.ALRP)
     _add_faster_rcnn_keys(cfg.MODEL.ALRP)
+    _add_network_keys(cfg)
 
     # FoveaBox (Kong et al., IEEE TIP 2020) as mmdetection's FoveaHead (paper Sec. 5.4, App. G); its own
     # loss (mmdet's config) is focal loss (alpha 0.4, gamma 1.5) + Smooth L1 on the encoded distances.
@@ -51,6 +70,14 @@ def add_alrp_config(cfg: CN) -> None:
     cfg.MODEL.FOVEABOX.SMOOTH_L1_BETA = 0.11
     # Localisation loss of AlrpFoveaBox with an AP loss: "smooth_l1" (the paper's row) or "giou".
     cfg.MODEL.FOVEABOX.AP_LOC_LOSS = "smooth_l1"
+    # aLRP FoveaBox's E_loc target (FOVEABOX_LOC_TARGETS): "gt_box" or, as the official head, "decoded_target",
+    # the box decoded from the target distances clamped to [1/16, 16] base edges.
+    cfg.MODEL.FOVEABOX.ALRP_LOC_TARGET = "gt_box"
+    # Decoded distances exp(delta) clamped at 1000/16 base edges (detectron2's Box2BoxTransform); False: unclamped
+    # (the official head, in training and test).
+    cfg.MODEL.FOVEABOX.CLAMP_PREDICTED_DISTANCES = True
+    # Test boxes clipped to [0, W - 1] x [0, H - 1] (the official head) instead of [0, W] x [0, H].
+    cfg.MODEL.FOVEABOX.CLIP_TO_LAST_PIXEL = False
     # detectron2's FCOS built from this config (ConfigurableFCOS, AlrpFCOS); defaults of its LazyConfig.
     cfg.MODEL.FCOS = _dense_head_config(norm="GN", focal_alpha=0.25, focal_gamma=2.0, score_thresh=0.2, nms=0.6)
     cfg.MODEL.FCOS.CENTER_SAMPLING_RADIUS = 1.5
@@ -118,6 +145,12 @@ def _add_retinanet_keys(alrp: CN) -> None:
     # MODEL.RETINANET.IOU_THRESHOLDS) or "atss" (Zhang et al., CVPR 2020).
     alrp.MATCHER = "iou"
     alrp.ATSS_TOPK = 9
+    # The ground truth of a low-quality match (LOW_QUALITY_MATCH_GTS), for MATCHER "iou" and AlrpRPN: "max_iou"
+    # (detectron2) or "best_anchor" (the official MaxIoUAssigner).
+    alrp.LOW_QUALITY_MATCH_GT = "max_iou"
+    # Localisation loss with CLS_LOSS "ap" / "ap_interpolated" (AP_LOC_LOSSES): the E_loc of LOC_ERROR ("giou") or
+    # Smooth L1 (beta MODEL.RETINANET.SMOOTH_L1_LOSS_BETA) on the encoded deltas, averaged over the four.
+    alrp.AP_LOC_LOSS = "giou"
     # AlrpRetinaNet test order: True follows the official test (per level the TOPK_CANDIDATES_TEST anchors
     # with the best class scores, then every class above SCORE_THRESH_TEST, boxes clipped before NMS; the
     # paper configs), False detectron2's RetinaNet (threshold, top-k (anchor, class) pairs, clip after NMS).
@@ -136,6 +169,32 @@ def _add_faster_rcnn_keys(alrp: CN) -> None:
     # truths whose best anchor IoU is at least this (the official RPN assigner's min_pos_iou, 0.3 in the paper
     # config); 0.0 keeps detectron2's RPN Matcher.
     alrp.RPN_LOW_QUALITY_MIN_IOU = 0.0
+    # Initial objectness bias of the RPN, log(p / (1 - p)): 0.5 gives detectron2's 0; the official aLRP RPN 0.01.
+    alrp.RPN_PRIOR_PROB = 0.5
+
+
+def _add_network_keys(cfg: CN) -> None:
+    """Keys that build the official network (mmdetection 2.x) where detectron2 differs; every default keeps
+    detectron2's behaviour (docs/paper_notes.md, "The official network")."""
+    # The FPN of the registered backbones (FPN_KEY_BACKBONES): P7 = conv(ReLU(P6)) (detectron2's LastLevelP6P7)
+    # or conv(P6) (mmdetection's relu_before_extra_convs=False); the convolutions' initialisation
+    # (FPN_WEIGHT_INITS).
+    cfg.MODEL.FPN.RELU_BEFORE_P7 = True
+    cfg.MODEL.FPN.WEIGHT_INIT = "c2_xavier_fill"
+    # OctaveAnchorGenerator (MODEL.ANCHOR_GENERATOR.NAME): sizes OCTAVE_BASE_SCALE * stride * 2^(i /
+    # SCALES_PER_OCTAVE), computed in mmdetection's float32 order; SIZES must list the same sizes (to 1e-3 px).
+    cfg.MODEL.ANCHOR_GENERATOR.OCTAVE_BASE_SCALE = 4.0
+    cfg.MODEL.ANCHOR_GENERATOR.SCALES_PER_OCTAVE = 2
+    # Detections that clipping made empty are kept (mmdetection) instead of dropped (detectron2's
+    # detector_postprocess). Zero-area proposals: MODEL.PROPOSAL_GENERATOR.MIN_SIZE -1.
+    cfg.TEST.KEEP_EMPTY_DETECTIONS = False
+    # Test-time resize (TEST_RESIZES): "detectron2" (ResizeShortestEdge) or "mmcv" (imrescale: cv2 bilinear,
+    # mmcv's scale and rounding), both to INPUT.MIN_SIZE_TEST / MAX_SIZE_TEST.
+    cfg.INPUT.TEST_RESIZE = "detectron2"
+    # Training images and boxes (TRAIN_FILTERS): "detectron2" (DATALOADER.FILTER_EMPTY_ANNOTATIONS) or "mmdet"
+    # (mmdetection's CocoDataset: images of a side < 32 px or without any annotation dropped, crowd-only images
+    # kept; boxes under 1 px, of zero area or outside the image dropped).
+    cfg.DATALOADER.TRAIN_FILTER = "detectron2"
 
 
 def _dense_head_config(norm: str, focal_alpha: float, focal_gamma: float, score_thresh: float, nms: float) -> CN:
@@ -156,8 +215,9 @@ def _dense_head_config(norm: str, focal_alpha: float, focal_gamma: float, score_
     return node
 
 
-# Keys of ours whose float values (also inside lists) must be finite numbers.
+# Keys of ours whose float values (also inside lists) must be finite numbers: whole nodes, and single keys.
 FINITE_FLOAT_NODES = ("MODEL.ALRP", "INPUT.SSD", "MODEL.FOVEABOX", "MODEL.FCOS")
+FINITE_FLOAT_KEYS = ("MODEL.ANCHOR_GENERATOR.OCTAVE_BASE_SCALE",)
 # Solver periods that must be positive integers (0 divides by zero or never ends in detectron2 / fvcore).
 POSITIVE_SOLVER_KEYS = ("MAX_ITER", "CHECKPOINT_PERIOD", "LOG_PERIOD")
 
@@ -234,13 +294,65 @@ def _finite(value: object) -> bool:
     return not isinstance(value, float) or math.isfinite(value)
 
 
+def _lookup(cfg: CN, path: str):
+    node = cfg
+    for part in path.split("."):
+        node = node[part]
+    return node
+
+
 def _validate_finite_floats(cfg: CN) -> None:
-    for path in FINITE_FLOAT_NODES:
-        node = cfg
-        for part in path.split("."):
-            node = node[part]
-        for key, value in _leaves(node, path):
-            require_config(_finite(value), key, value, "must be finite (not inf or nan)")
+    leaves = [leaf for path in FINITE_FLOAT_NODES for leaf in _leaves(_lookup(cfg, path), path)]
+    leaves += [(key, _lookup(cfg, key)) for key in FINITE_FLOAT_KEYS]
+    for key, value in leaves:
+        require_config(_finite(value), key, value, "must be finite (not inf or nan)")
+
+
+def _require_choice(cfg: CN, key: str, choices: Sequence[str]) -> None:
+    value = _lookup(cfg, key)
+    require_config(value in choices, key, value, f"must be one of {tuple(choices)}")
+
+
+def _validate_network_keys(cfg: CN) -> None:
+    """The keys of the official network: values in range, and the backbone that reads them."""
+    for key, choices in (
+        ("MODEL.ALRP.LOW_QUALITY_MATCH_GT", LOW_QUALITY_MATCH_GTS),
+        ("MODEL.ALRP.AP_LOC_LOSS", AP_LOC_LOSSES),
+        ("MODEL.FPN.WEIGHT_INIT", FPN_WEIGHT_INITS),
+        ("INPUT.TEST_RESIZE", TEST_RESIZES),
+        ("DATALOADER.TRAIN_FILTER", TRAIN_FILTERS),
+        ("MODEL.FOVEABOX.ALRP_LOC_TARGET", FOVEABOX_LOC_TARGETS),
+    ):
+        _require_choice(cfg, key, choices)
+    alrp, fpn, backbone = cfg.MODEL.ALRP, cfg.MODEL.FPN, cfg.MODEL.BACKBONE.NAME
+    require_config(
+        0.0 < alrp.RPN_PRIOR_PROB < 1.0, "MODEL.ALRP.RPN_PRIOR_PROB", alrp.RPN_PRIOR_PROB, "must be in (0, 1)"
+    )
+    require_config(
+        fpn.RELU_BEFORE_P7 or backbone in P7_BACKBONES,
+        "MODEL.BACKBONE.NAME",
+        backbone,
+        f"must be one of {P7_BACKBONES} with MODEL.FPN.RELU_BEFORE_P7 False",
+    )
+    require_config(
+        fpn.WEIGHT_INIT == FPN_WEIGHT_INITS[0] or backbone in FPN_KEY_BACKBONES,
+        "MODEL.BACKBONE.NAME",
+        backbone,
+        f"must be one of {FPN_KEY_BACKBONES} with MODEL.FPN.WEIGHT_INIT {fpn.WEIGHT_INIT!r}",
+    )
+    anchors = cfg.MODEL.ANCHOR_GENERATOR
+    require_config(
+        anchors.OCTAVE_BASE_SCALE > 0,
+        "MODEL.ANCHOR_GENERATOR.OCTAVE_BASE_SCALE",
+        anchors.OCTAVE_BASE_SCALE,
+        "must be > 0",
+    )
+    require_config(
+        isinstance(anchors.SCALES_PER_OCTAVE, int) and anchors.SCALES_PER_OCTAVE >= 1,
+        "MODEL.ANCHOR_GENERATOR.SCALES_PER_OCTAVE",
+        anchors.SCALES_PER_OCTAVE,
+        "must be an integer >= 1",
+    )
 
 
 def _validate_solver_periods(cfg: CN) -> None:
@@ -259,6 +371,7 @@ def validate_alrp_config(cfg: CN) -> None:
     is finite, the solver periods are positive, and each key is in its range."""
     _validate_finite_floats(cfg)
     _validate_solver_periods(cfg)
+    _validate_network_keys(cfg)
     alrp = cfg.MODEL.ALRP
     require_config(alrp.DELTA > 0, "MODEL.ALRP.DELTA", alrp.DELTA, "must be > 0")
     require_config(alrp.RPN_DELTA > 0, "MODEL.ALRP.RPN_DELTA", alrp.RPN_DELTA, "must be > 0")

@@ -14,6 +14,7 @@ from detectron2.structures import BoxMode
 
 from .augmentation import build_ssd_augmentation
 from .dataset_classes import model_num_classes
+from .test_resize import build_test_resize
 
 __all__ = ["AlrpDatasetMapper", "build_alrp_mapper"]
 
@@ -44,7 +45,8 @@ class AlrpDatasetMapper(DatasetMapper):
     ``__call__`` does the rest: crowd annotations are dropped and boxes a crop removed (made empty)
     are filtered by ``utils.filter_empty_instances``; an image may end with zero instances. In
     training, an annotation whose class is not one of the model's ``num_classes`` is an error
-    naming the image (a dataset without class metadata is not checked before training)."""
+    naming the image (a dataset without class metadata is not checked before training). At test time
+    the image is resized as INPUT.TEST_RESIZE says (:func:`build_test_resize`)."""
 
     @configurable
     def __init__(
@@ -74,6 +76,8 @@ class AlrpDatasetMapper(DatasetMapper):
             _check_ssd_compatible(cfg)
             ret["augmentations"] = build_ssd_augmentation(cfg, is_train)
             ret["boxes_to_augmentations"] = is_train
+        if not is_train and cfg.INPUT.TEST_RESIZE != "detectron2":
+            ret["augmentations"] = [build_test_resize(cfg)]
         return ret
 
     def __call__(self, dataset_dict: Dict[str, Any]) -> Dict[str, Any]:
@@ -114,5 +118,6 @@ def _check_ssd_compatible(cfg: CfgNode) -> None:
 
 def build_alrp_mapper(cfg: CfgNode, is_train: bool) -> AlrpDatasetMapper:
     """The data mapper of alrp-d2: SSD augmentation (``build_ssd_augmentation``) when
-    INPUT.SSD.ENABLED, otherwise exactly detectron2's ``DatasetMapper`` (``utils.build_augmentation``)."""
+    INPUT.SSD.ENABLED, otherwise exactly detectron2's ``DatasetMapper`` (``utils.build_augmentation``);
+    at test time the resize of INPUT.TEST_RESIZE."""
     return AlrpDatasetMapper(cfg, is_train)

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from detectron2.checkpoint import DetectionCheckpointer
 from detectron2.config import CfgNode
-from detectron2.data import build_detection_test_loader, build_detection_train_loader, get_detection_dataset_dicts
+from detectron2.data import build_detection_test_loader, build_detection_train_loader
 from detectron2.engine import AMPTrainer, DefaultTrainer, SimpleTrainer, TrainerBase, create_ddp_model, hooks
 from detectron2.utils import comm
 from detectron2.utils.events import CommonMetricPrinter, EventWriter, JSONWriter, TensorboardXWriter
@@ -23,6 +23,7 @@ from ..data import build_alrp_mapper
 from ..data.dataset_classes import check_dataset_classes
 from ..data.image_errors import ImageErrorGuard
 from ..data.samplers import ResumableBatchSampler, build_resumable_train_loader, derived_seed
+from ..data.training_filter import training_dataset_dicts
 from ..evaluation import COCOLRPEvaluator
 from .self_balance import SelfBalanceHook, find_ranking_losses, self_balance_period
 
@@ -101,22 +102,18 @@ class AlrpTrainer(DefaultTrainer):
     @classmethod
     def build_train_loader(cls, cfg: CfgNode):
         """detectron2's batches (TrainingSampler + aspect-ratio grouping) from a loader that resumes
-        exactly (:func:`build_resumable_train_loader`); image read errors name the file and are
-        skipped with DATALOADER.SKIP_UNREADABLE_IMAGES. Another DATALOADER.SAMPLER_TRAIN uses
-        detectron2's loader, whose stream restarts on resume."""
+        exactly (:func:`build_resumable_train_loader`) of the images and boxes DATALOADER.TRAIN_FILTER
+        keeps; image read errors name the file and are skipped with DATALOADER.SKIP_UNREADABLE_IMAGES.
+        Another DATALOADER.SAMPLER_TRAIN uses detectron2's loader, whose stream restarts on resume."""
         mapper = ImageErrorGuard(build_alrp_mapper(cfg, is_train=True), skip=cfg.DATALOADER.SKIP_UNREADABLE_IMAGES)
+        dataset_dicts = training_dataset_dicts(cfg)
         if cfg.DATALOADER.SAMPLER_TRAIN != "TrainingSampler":
             logger.warning(
                 "DATALOADER.SAMPLER_TRAIN=%s: a resumed run restarts its sample stream (exact resume needs "
                 "TrainingSampler)",
                 cfg.DATALOADER.SAMPLER_TRAIN,
             )
-            return build_detection_train_loader(cfg, mapper=mapper)
-        dataset_dicts = get_detection_dataset_dicts(
-            cfg.DATASETS.TRAIN,
-            filter_empty=cfg.DATALOADER.FILTER_EMPTY_ANNOTATIONS,
-            proposal_files=cfg.DATASETS.PROPOSAL_FILES_TRAIN if cfg.MODEL.LOAD_PROPOSALS else None,
-        )
+            return build_detection_train_loader(cfg, mapper=mapper, dataset=dataset_dicts)
         # SEED < 0 (detectron2's default): a random seed shared by the workers, saved in the
         # checkpoints by DataPositionHook, so that runs differ and a resumed run still continues its stream.
         seed = cfg.SEED if cfg.SEED >= 0 else comm.shared_random_seed()

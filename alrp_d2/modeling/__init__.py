@@ -4,19 +4,26 @@ from .alrp_fcos import AlrpFCOS, ConfigurableFCOS
 from .alrp_foveabox import AlrpFoveaBox
 from .alrp_retinanet import AlrpRetinaNet
 from .alrp_roi_heads import AlrpFastRCNNOutputLayers, AlrpROIHeads
-from .alrp_rpn import AlrpRPN
+from .alrp_rpn import AlrpRPN, MinIoULowQualityRPN
+from .anchor_generator import OctaveAnchorGenerator
 from .atss import AtssMatcher
 from .backbone import (
     FrozenStatsBatchNorm2d,
+    LastLevelP6P7WithoutReLU,
     build_alrp_resnet_fpn_backbone,
     build_alrp_retinanet_resnet_fpn_backbone,
     build_fcos_resnet_fpn_backbone,
 )
+from .box_head import XavierUniformFCHead
+from .deform_conv import DeformConvWithCpu, ModulatedDeformConvWithCpu
 from .foveabox import FoveaBox
+from .low_quality_matcher import MinIoULowQualityMatcher
+from .postprocessing import AlrpGeneralizedRCNN
 from .ranking_loss import HeadRankingLoss, PositiveTargets, RankingStatistics
 
 __all__ = [
     "AlrpFCOS",
+    "AlrpGeneralizedRCNN",
     "AlrpFoveaBox",
     "AlrpFastRCNNOutputLayers",
     "AlrpRetinaNet",
@@ -24,11 +31,18 @@ __all__ = [
     "AlrpRPN",
     "AtssMatcher",
     "ConfigurableFCOS",
+    "DeformConvWithCpu",
     "FoveaBox",
     "FrozenStatsBatchNorm2d",
     "HeadRankingLoss",
+    "LastLevelP6P7WithoutReLU",
+    "MinIoULowQualityMatcher",
+    "MinIoULowQualityRPN",
+    "ModulatedDeformConvWithCpu",
+    "OctaveAnchorGenerator",
     "PositiveTargets",
     "RankingStatistics",
+    "XavierUniformFCHead",
     "build_alrp_resnet_fpn_backbone",
     "build_alrp_retinanet_resnet_fpn_backbone",
     "build_fcos_resnet_fpn_backbone",

@@ -1,51 +1,58 @@
 """The RPN of aLRP Faster R-CNN: detectron2's RPN trained with aLRP Loss, without sampling
-(paper Sec. 5.4, App. G.4)."""
+(paper Sec. 5.4, App. G.4); the anchor labelling and objectness initialisation of the official RPNs."""
 
 from __future__ import annotations
 
+import math
 from typing import Dict, List
 
 import torch
 from detectron2.config import CfgNode, configurable
 from detectron2.layers import ShapeSpec
 from detectron2.modeling import PROPOSAL_GENERATOR_REGISTRY
-from detectron2.modeling.matcher import Matcher
 from detectron2.modeling.proposal_generator import RPN
 from detectron2.structures import Boxes
-from torch import Tensor
+from torch import Tensor, nn
 
+from ..config import validate_alrp_config
 from .dense_head import DensePositives, dense_ranking_loss
+from .low_quality_matcher import MinIoULowQualityMatcher
 from .ranking_loss import HeadRankingLoss, PositiveTargets
 
-__all__ = ["AlrpRPN", "MinIoULowQualityMatcher"]
-
-
-class MinIoULowQualityMatcher(Matcher):
-    """detectron2's Matcher with low-quality matches (Faster R-CNN's rule (i): each ground truth's best
-    predictions, ties included, become positives) made only for the ground truths whose best IoU is at least
-    ``min_iou``: mmdetection's ``MaxIoUAssigner(match_low_quality=True, min_pos_iou=min_iou)``, the official
-    aLRP RPN assigner (``min_pos_iou=0.3``). With ``min_iou=0`` it is detectron2's Matcher."""
-
-    def __init__(self, thresholds: List[float], labels: List[int], *, min_iou: float):
-        super().__init__(thresholds, labels, allow_low_quality_matches=True)
-        self.min_iou = min_iou
-
-    def set_low_quality_matches_(self, match_labels: Tensor, match_quality_matrix: Tensor) -> None:
-        """detectron2's low-quality matching restricted to the rows (ground truths) whose best IoU >= min_iou:
-        the other rows become NaN, which equals no row maximum (no host synchronisation)."""
-        eligible = match_quality_matrix.max(dim=1, keepdim=True).values >= self.min_iou
-        super().set_low_quality_matches_(match_labels, match_quality_matrix.where(eligible, torch.nan))
+__all__ = ["AlrpRPN", "MinIoULowQualityRPN"]
 
 
 @PROPOSAL_GENERATOR_REGISTRY.register()
-class AlrpRPN(RPN):
+class MinIoULowQualityRPN(RPN):
+    """detectron2's RPN whose anchors are labelled by :class:`MinIoULowQualityMatcher` (the official RPN assigner:
+    low-quality matches need IoU >= MODEL.ALRP.RPN_LOW_QUALITY_MIN_IOU, their ground truth as
+    MODEL.ALRP.LOW_QUALITY_MATCH_GT) and whose objectness logits start at the bias log(p / (1 - p)) of
+    MODEL.ALRP.RPN_PRIOR_PROB (0.5: detectron2's 0). Loss and sampling are detectron2's (the official
+    cross-entropy baselines)."""
+
+    @classmethod
+    def from_config(cls, cfg: CfgNode, input_shape: Dict[str, ShapeSpec]) -> Dict:
+        validate_alrp_config(cfg)
+        alrp = cfg.MODEL.ALRP
+        ret = super().from_config(cfg, input_shape)
+        ret["anchor_matcher"] = MinIoULowQualityMatcher(
+            cfg.MODEL.RPN.IOU_THRESHOLDS,
+            cfg.MODEL.RPN.IOU_LABELS,
+            min_iou=alrp.RPN_LOW_QUALITY_MIN_IOU,
+            low_quality_gt=alrp.LOW_QUALITY_MATCH_GT,
+        )
+        nn.init.constant_(ret["head"].objectness_logits.bias, math.log(alrp.RPN_PRIOR_PROB / (1 - alrp.RPN_PRIOR_PROB)))
+        return ret
+
+
+@PROPOSAL_GENERATOR_REGISTRY.register()
+class AlrpRPN(MinIoULowQualityRPN):
     """detectron2's RPN (head, anchors, matcher, proposals) whose loss is one aLRP Loss
     ranking over the objectness logits of every labelled anchor of every image of the batch:
     no sampling (App. G.4). E_loc is computed on the decoded boxes of the positives with
     tau = MODEL.ALRP.RPN_TAU, the RPN's positive threshold; both components are weighted by
-    MODEL.ALRP.RPN_WEIGHT (Sec. 5.4). Low-quality matches need IoU >= MODEL.ALRP.RPN_LOW_QUALITY_MIN_IOU
-    (:class:`MinIoULowQualityMatcher`). Losses: ``loss_rpn_cls`` and ``loss_rpn_loc``
-    (:class:`HeadRankingLoss` named "rpn").
+    MODEL.ALRP.RPN_WEIGHT (Sec. 5.4). Anchors are labelled as :class:`MinIoULowQualityRPN`'s. Losses:
+    ``loss_rpn_cls`` and ``loss_rpn_loc`` (:class:`HeadRankingLoss` named "rpn").
     """
 
     @configurable
@@ -62,9 +69,6 @@ class AlrpRPN(RPN):
     def from_config(cls, cfg: CfgNode, input_shape: Dict[str, ShapeSpec]) -> Dict:
         alrp = cfg.MODEL.ALRP
         ret = super().from_config(cfg, input_shape)
-        ret["anchor_matcher"] = MinIoULowQualityMatcher(
-            cfg.MODEL.RPN.IOU_THRESHOLDS, cfg.MODEL.RPN.IOU_LABELS, min_iou=alrp.RPN_LOW_QUALITY_MIN_IOU
-        )
         ret["ranking_loss"] = HeadRankingLoss.from_config(
             cfg, "rpn", delta=alrp.RPN_DELTA, tau=alrp.RPN_TAU, loss_weight=alrp.RPN_WEIGHT
         )

@@ -6,8 +6,12 @@ BatchNorm statistics stay frozen while the BatchNorm affine parameters train (mm
 
 detectron2 has no such norm: ``"BN"`` updates its statistics in training mode and ``"FrozenBN"`` freezes the
 affine parameters too. ``MODEL.RESNETS.NORM "FrozenStatsBN"`` selects :class:`FrozenStatsBatchNorm2d` in the
-ResNet built by the backbones registered here; any other norm builds detectron2's backbone unchanged.
-FCOS's backbone computes P6 and P7 from P5.
+ResNet built by the backbones registered here; any other norm builds detectron2's ResNet.
+
+The FPN of these backbones follows MODEL.FPN.RELU_BEFORE_P7 and WEIGHT_INIT, whose defaults keep detectron2's FPN
+(:func:`configure_fpn`; the official network: P7 from P6 without a ReLU, xavier_uniform convolutions), and their
+deformable convolutions run on CPUs too (:mod:`alrp_d2.modeling.deform_conv`). FCOS's backbone computes P6 and P7
+from P5.
 """
 
 from __future__ import annotations
@@ -27,9 +31,12 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from ..config import FROZEN_STATS_BN
+from .deform_conv import with_cpu_deform_conv
 
 __all__ = [
     "FrozenStatsBatchNorm2d",
+    "LastLevelP6P7WithoutReLU",
+    "configure_fpn",
     "build_alrp_resnet_fpn_backbone",
     "build_alrp_retinanet_resnet_fpn_backbone",
     "build_fcos_resnet_fpn_backbone",
@@ -62,44 +69,79 @@ class FrozenStatsBatchNorm2d(nn.BatchNorm2d):
         return module
 
 
+class LastLevelP6P7WithoutReLU(LastLevelP6P7):
+    """detectron2's ``LastLevelP6P7`` with P7 = conv(P6) instead of conv(ReLU(P6)): mmdetection's FPN with
+    ``add_extra_convs`` and ``relu_before_extra_convs=False``, the official RetinaNet, ATSS and FoveaBox."""
+
+    def forward(self, x: Tensor):
+        p6 = self.p6(x)
+        return [p6, self.p7(p6)]
+
+    @classmethod
+    def of(cls, top_block: LastLevelP6P7) -> LastLevelP6P7WithoutReLU:
+        """The top block with the convolutions (the same modules) of ``top_block``."""
+        new = cls(top_block.p6.in_channels, top_block.p6.out_channels, top_block.in_feature)
+        new.p6, new.p7 = top_block.p6, top_block.p7
+        return new
+
+
+def configure_fpn(backbone: FPN, cfg: CfgNode) -> FPN:
+    """Applies MODEL.FPN.RELU_BEFORE_P7 (False: :class:`LastLevelP6P7WithoutReLU`) and WEIGHT_INIT ("xavier_uniform":
+    every convolution of the FPN, top block included, ``xavier_uniform_`` with bias 0 as mmdetection's
+    ``xavier_init(distribution="uniform")``) to a detectron2 FPN, and gives its deformable convolutions a CPU path;
+    returns ``backbone``."""
+    fpn = cfg.MODEL.FPN
+    if not fpn.RELU_BEFORE_P7 and isinstance(backbone.top_block, LastLevelP6P7):
+        backbone.top_block = LastLevelP6P7WithoutReLU.of(backbone.top_block)
+    if fpn.WEIGHT_INIT == "xavier_uniform":
+        for name, module in backbone.named_modules():
+            if isinstance(module, nn.Conv2d) and not name.startswith("bottom_up."):
+                nn.init.xavier_uniform_(module.weight)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+    with_cpu_deform_conv(backbone.bottom_up)
+    return backbone
+
+
 BackboneBuilder = Callable[[CfgNode, ShapeSpec], Backbone]
 
 
 def build_with_frozen_stats_bn(cfg: CfgNode, input_shape: ShapeSpec, builder: BackboneBuilder) -> Backbone:
-    """``builder(cfg, input_shape)`` for a detectron2 ResNet-FPN builder; with MODEL.RESNETS.NORM
-    "FrozenStatsBN" the ResNet is built with "BN" (the stages frozen by MODEL.BACKBONE.FREEZE_AT become
-    FrozenBatchNorm2d, as detectron2 does) and its other BatchNorm2d layers become FrozenStatsBatchNorm2d.
-    The FPN keeps MODEL.FPN.NORM."""
+    """``builder(cfg, input_shape)`` for a detectron2 ResNet-FPN builder, with the FPN keys of
+    :func:`configure_fpn`; with MODEL.RESNETS.NORM "FrozenStatsBN" the ResNet is built with "BN" (the stages
+    frozen by MODEL.BACKBONE.FREEZE_AT become FrozenBatchNorm2d, as detectron2 does) and its other BatchNorm2d
+    layers become FrozenStatsBatchNorm2d. The FPN keeps MODEL.FPN.NORM."""
     if cfg.MODEL.RESNETS.NORM != FROZEN_STATS_BN:
-        return builder(cfg, input_shape)
+        return configure_fpn(builder(cfg, input_shape), cfg)
     bn_cfg = cfg.clone()
     bn_cfg.defrost()
     bn_cfg.MODEL.RESNETS.NORM = "BN"
     backbone = builder(bn_cfg, input_shape)
     FrozenStatsBatchNorm2d.convert(backbone.bottom_up)
-    return backbone
+    return configure_fpn(backbone, cfg)
 
 
 @BACKBONE_REGISTRY.register()
 def build_alrp_resnet_fpn_backbone(cfg: CfgNode, input_shape: ShapeSpec) -> Backbone:
     """detectron2's ``build_resnet_fpn_backbone`` (P2-P6, Faster R-CNN) with MODEL.RESNETS.NORM "FrozenStatsBN"
-    available."""
+    and the FPN keys of :func:`configure_fpn` available."""
     return build_with_frozen_stats_bn(cfg, input_shape, build_resnet_fpn_backbone)
 
 
 @BACKBONE_REGISTRY.register()
 def build_alrp_retinanet_resnet_fpn_backbone(cfg: CfgNode, input_shape: ShapeSpec) -> Backbone:
     """detectron2's ``build_retinanet_resnet_fpn_backbone`` (P3-P7, P6 from C5) with MODEL.RESNETS.NORM
-    "FrozenStatsBN" available."""
+    "FrozenStatsBN" and the FPN keys of :func:`configure_fpn` available."""
     return build_with_frozen_stats_bn(cfg, input_shape, build_retinanet_resnet_fpn_backbone)
 
 
 @BACKBONE_REGISTRY.register()
 def build_fcos_resnet_fpn_backbone(cfg: CfgNode, input_shape: ShapeSpec) -> FPN:
     """ResNet-FPN P3-P7 with P6 and P7 computed from P5, as detectron2's FCOS config (Sec. 2.2 of
-    Tian et al., TPAMI 2022); RetinaNet's ``build_retinanet_resnet_fpn_backbone`` uses C5."""
+    Tian et al., TPAMI 2022); RetinaNet's ``build_retinanet_resnet_fpn_backbone`` uses C5. The FPN keys of
+    :func:`configure_fpn` apply."""
     out_channels = cfg.MODEL.FPN.OUT_CHANNELS
-    return FPN(
+    backbone = FPN(
         bottom_up=build_resnet_backbone(cfg, input_shape),
         in_features=cfg.MODEL.FPN.IN_FEATURES,
         out_channels=out_channels,
@@ -107,3 +149,4 @@ def build_fcos_resnet_fpn_backbone(cfg: CfgNode, input_shape: ShapeSpec) -> FPN:
         top_block=LastLevelP6P7(out_channels, out_channels, in_feature="p5"),
         fuse_type=cfg.MODEL.FPN.FUSE_TYPE,
     )
+    return configure_fpn(backbone, cfg)

@@ -12,6 +12,7 @@ from detectron2.layers import cat
 from detectron2.modeling import Backbone, build_backbone
 from detectron2.structures import Boxes, Instances
 from detectron2.utils.events import get_event_storage
+from fvcore.nn import smooth_l1_loss
 from torch import Tensor
 
 from .padding import pad_per_image
@@ -95,6 +96,12 @@ class DensePositives(NamedTuple):
         """E_loc of the boxes decoded from the predicted deltas (App. E line 12)."""
         pred_boxes = box2box_transform.apply_deltas(self.pred_deltas, self.anchors)
         return ranking_loss.loc_errors(pred_boxes, self.gt_boxes)
+
+    def smooth_l1(self, box2box_transform: Any, beta: float) -> Tensor:
+        """Smooth L1 of each positive's predicted deltas against its encoded target, averaged over the four (the
+        localisation loss of the official AP Loss heads)."""
+        target_deltas = box2box_transform.get_deltas(self.anchors, self.gt_boxes)
+        return smooth_l1_loss(self.pred_deltas, target_deltas, beta).mean(dim=1)
 
 
 def dense_ranking_loss(

@@ -5,9 +5,10 @@ coding and assignment, as mmdetection 2.x's ``FoveaHead`` that the official aLRP
 from __future__ import annotations
 
 import math
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
+from detectron2.config import configurable
 from detectron2.layers import cat
 from detectron2.modeling import META_ARCH_REGISTRY
 from detectron2.modeling.anchor_generator import DefaultAnchorGenerator
@@ -20,6 +21,7 @@ from torch import Tensor
 from ..config import require_config
 from .dense_head import dense_head_inputs, label_anchors_batched
 from .official_inference import OfficialOrderInference
+from .postprocessing import KeepEmptyDetections
 
 __all__ = ["FoveaBox", "FoveaBoxTransform", "FoveaMatcher"]
 
@@ -36,10 +38,14 @@ class FoveaBoxTransform:
 
     A location is represented by a square "anchor" centred on it whose side is the base edge,
     so the transform has detectron2's ``get_deltas`` / ``apply_deltas`` interface and the
-    dense-detector helpers (decoding, E_loc on decoded boxes) apply unchanged.
+    dense-detector helpers (decoding, E_loc on decoded boxes) apply unchanged. Decoding clamps the
+    predicted log-distances at ``scale_clamp`` (detectron2's convention), or not when it is None (the
+    official heads). Both compute in float32 as the official heads: centre -/+ edge * exp(delta).
     """
 
-    def __init__(self, min_ratio: float = 1.0 / 16, max_ratio: float = 16.0, scale_clamp: float = SCALE_CLAMP):
+    def __init__(
+        self, min_ratio: float = 1.0 / 16, max_ratio: float = 16.0, scale_clamp: Optional[float] = SCALE_CLAMP
+    ):
         self.min_ratio = min_ratio
         self.max_ratio = max_ratio
         self.scale_clamp = scale_clamp
@@ -59,10 +65,18 @@ class FoveaBoxTransform:
         """Inverse of :meth:`get_deltas` (without the target clamp): (R, 4) deltas -> (R, 4) xyxy boxes."""
         anchors = anchors.to(deltas.dtype)
         cx, cy, edge = self._centres_edges(anchors)
-        distances = deltas.clamp(max=self.scale_clamp).exp() * edge[:, None]
+        if self.scale_clamp is not None:
+            deltas = deltas.clamp(max=self.scale_clamp)
+        distances = edge[:, None] * deltas.exp()
         return torch.stack(
             [cx - distances[:, 0], cy - distances[:, 1], cx + distances[:, 2], cy + distances[:, 3]], dim=1
         )
+
+    def target_boxes(self, anchors: Tensor, boxes: Tensor) -> Tensor:
+        """The boxes that the (clamped) targets of ``boxes`` decode to: the boxes themselves unless a side is
+        closer than 1/16 or farther than 16 base edges from the location (the official aLRP FoveaBox's E_loc
+        target)."""
+        return self.apply_deltas(self.get_deltas(anchors, boxes), anchors)
 
 
 class FoveaMatcher:
@@ -119,7 +133,7 @@ class FoveaMatcher:
 
 
 @META_ARCH_REGISTRY.register()
-class FoveaBox(OfficialOrderInference, RetinaNet):
+class FoveaBox(KeepEmptyDetections, OfficialOrderInference, RetinaNet):
     """FoveaBox: detectron2's RetinaNet with one location per cell of P3-P7 (a square "anchor"
     of the level's base edge centred on the cell, :class:`FoveaBoxTransform`'s box coding) and
     :class:`FoveaMatcher`'s assignment: each level is responsible for the objects whose
@@ -129,10 +143,24 @@ class FoveaBox(OfficialOrderInference, RetinaNet):
     Trained with focal loss (gamma 1.5, alpha 0.4, normalised by positives + images) and
     Smooth L1 (beta 0.11) on the encoded distances of the positives, as mmdetection's FoveaBox
     config the aLRP paper compares with (Table 7 / App. G). Inference is RetinaNet's with the
-    per-level selection of the official FoveaHead (:class:`OfficialOrderInference`).
+    per-level selection of the official FoveaHead (:class:`OfficialOrderInference`); the official
+    heads' decoding, clipping and empty boxes with MODEL.FOVEABOX.CLAMP_PREDICTED_DISTANCES False,
+    MODEL.FOVEABOX.CLIP_TO_LAST_PIXEL and TEST.KEEP_EMPTY_DETECTIONS.
     """
 
     official_inference = True  # FoveaBox always selects detections in the official order
+
+    @configurable
+    def __init__(self, *, clip_to_last_pixel: bool = False, keep_empty_detections: bool = False, **kwargs):
+        """
+        Args:
+            clip_to_last_pixel: clip test boxes to [0, W - 1] x [0, H - 1] instead of [0, W] x [0, H].
+            keep_empty_detections: keep the detections that clipping made empty.
+            kwargs: :class:`detectron2.modeling.RetinaNet` arguments.
+        """
+        super().__init__(**kwargs)
+        self.clip_to_last_pixel = clip_to_last_pixel
+        self.keep_empty_detections = keep_empty_detections
 
     @classmethod
     def from_config(cls, cfg) -> Dict:
@@ -154,7 +182,9 @@ class FoveaBox(OfficialOrderInference, RetinaNet):
             "anchor_generator": DefaultAnchorGenerator(
                 sizes=[[float(e)] for e in fovea.BASE_EDGES], aspect_ratios=[1.0], strides=strides, offset=0.5
             ),
-            "box2box_transform": FoveaBoxTransform(),
+            "box2box_transform": FoveaBoxTransform(
+                scale_clamp=SCALE_CLAMP if fovea.CLAMP_PREDICTED_DISTANCES else None
+            ),
             "anchor_matcher": FoveaMatcher(strides, fovea.SCALE_RANGES, fovea.SIGMA),
             "num_classes": fovea.NUM_CLASSES,
             "focal_loss_alpha": fovea.FOCAL_LOSS_ALPHA,
@@ -167,6 +197,8 @@ class FoveaBox(OfficialOrderInference, RetinaNet):
             "pixel_mean": cfg.MODEL.PIXEL_MEAN,
             "pixel_std": cfg.MODEL.PIXEL_STD,
             "input_format": cfg.INPUT.FORMAT,
+            "clip_to_last_pixel": fovea.CLIP_TO_LAST_PIXEL,
+            "keep_empty_detections": cfg.TEST.KEEP_EMPTY_DETECTIONS,
         }
 
     @torch.no_grad()

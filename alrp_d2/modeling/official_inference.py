@@ -17,12 +17,15 @@ class OfficialOrderInference(DenseDetector):
     ``nms_pre``): the ``topk_candidates`` anchors (locations) with the highest best-class score,
     then every (anchor, class) pair above ``score_thresh``, boxes clipped to the image before the
     per-class NMS of ``inference_single_image``. detectron2's order (threshold, the top-k
-    (anchor, class) pairs, clip after NMS) is kept when ``official_inference`` is False.
+    (anchor, class) pairs, clip after NMS) is kept when ``official_inference`` is False. With
+    ``clip_to_last_pixel`` the boxes are clipped to [0, W - 1] x [0, H - 1] (the official FoveaBox heads),
+    otherwise to [0, W] x [0, H].
 
     Mixed in before detectron2's class: ``class AlrpRetinaNet(OfficialOrderInference, RetinaNet)``.
     """
 
     official_inference: bool  # set by the detector (MODEL.ALRP.OFFICIAL_INFERENCE for AlrpRetinaNet)
+    clip_to_last_pixel = False
 
     def _decode_per_level_predictions(
         self,
@@ -44,5 +47,6 @@ class OfficialOrderInference(DenseDetector):
         instances = super()._decode_per_level_predictions(
             anchors, pred_scores, pred_deltas, score_thresh, pred_scores.numel(), image_size
         )
-        instances.pred_boxes.clip(image_size)
+        height, width = image_size
+        instances.pred_boxes.clip((height - 1, width - 1) if self.clip_to_last_pixel else image_size)
         return instances

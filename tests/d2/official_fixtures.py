@@ -3,15 +3,18 @@ tools/official_reference.py; README there) and the project configs of the same r
 
 from __future__ import annotations
 
+import gzip
 import importlib.util
+import io
 import json
 import sys
 from functools import cache
 from pathlib import Path
-from typing import Any, Dict, Mapping
+from typing import Any, Dict, List, Mapping, Sequence
 
 import torch
 from detectron2.config import CfgNode
+from detectron2.modeling import build_model
 from torch import Tensor
 
 from alrp_d2.config import setup_cfg
@@ -20,7 +23,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 FIXTURE_DIR = REPO_ROOT / "tests" / "fixtures" / "official"
 KEYSET_DIR = FIXTURE_DIR / "keysets"
 CONVERTER_PATH = REPO_ROOT / "tools" / "convert_official_checkpoint.py"
-SHARED_BACKBONE = "backbone_r50.pth"
+SHARED_BACKBONE = "backbone_r50.pth.gz"
 
 
 def load_converter():
@@ -36,18 +39,20 @@ def load_converter():
 
 @cache
 def load_fixture(name: str) -> Dict[str, Any]:
-    return torch.load(FIXTURE_DIR / name, map_location="cpu", weights_only=True)
+    """A gzipped ``torch.save`` file of the fixture folder (the cached object: copy before changing it)."""
+    with gzip.open(FIXTURE_DIR / name, "rb") as f:
+        return torch.load(io.BytesIO(f.read()), map_location="cpu", weights_only=True)
 
 
 def load_keyset(path: Path) -> Dict[str, Any]:
-    with open(path) as f:
+    with gzip.open(path, "rt") as f:
         return json.load(f)
 
 
 def network(name: str) -> Dict[str, Any]:
     """A network fixture (e.g. "retinanet_iou") with its complete official state dict and its backbone and neck
     features, taken from backbone_r50.pth unless the file has its own."""
-    fixture = dict(load_fixture(f"{name}.pth"))
+    fixture = dict(load_fixture(f"{name}.pth.gz"))
     state_dict: Dict[str, Tensor] = dict(fixture["state_dict"])
     if "backbone_features" not in fixture:
         shared = load_fixture(SHARED_BACKBONE)
@@ -61,7 +66,7 @@ def network(name: str) -> Dict[str, Any]:
 
 
 def inputs() -> Dict[str, Any]:
-    return load_fixture("inputs.pth")
+    return load_fixture("inputs.pth.gz")
 
 
 def reduced_project_cfg(project_config: str, reduction: Mapping[str, Any]) -> CfgNode:
@@ -86,4 +91,52 @@ def reduced_project_cfg(project_config: str, reduction: Mapping[str, Any]) -> Cf
     cfg.MODEL.FOVEABOX.NUM_CONVS = reduction["stacked_convs"]
     cfg.MODEL.ROI_BOX_HEAD.FC_DIM = reduction["fc_out_channels"]
     cfg.MODEL.ALRP.ATSS_TOPK = reduction["atss_topk"]
+    for key in ("POST_NMS_TOPK_TRAIN", "POST_NMS_TOPK_TEST"):
+        cfg.MODEL.RPN[key] = reduction["num_proposals"]
     return cfg
+
+
+def variant_project_cfg(fixture: Mapping[str, Any], variant: str) -> CfgNode:
+    """The project config that the converter maps the variant's official config to, with the fixture's widths."""
+    official_config = fixture["variants"][variant]["official_config"]
+    project_config = load_converter().official_model_by_name(official_config).project_config
+    return reduced_project_cfg(project_config, fixture["meta"]["reduction"])
+
+
+def converted_model(name: str, variant: str, overrides: Sequence[str] = ()):
+    """(fixture, cfg, model): the project model of a fixture's variant (with the config ``overrides``, KEY VALUE
+    pairs) and the official weights converted by tools/convert_official_checkpoint.py, loaded strictly. The model
+    takes the fixture's images as they are (pixel mean 0, std 1)."""
+    fixture = network(name)
+    cfg = variant_project_cfg(fixture, variant)
+    cfg.MODEL.PIXEL_MEAN, cfg.MODEL.PIXEL_STD = [0.0, 0.0, 0.0], [1.0, 1.0, 1.0]
+    cfg.merge_from_list(list(overrides))
+    model = build_model(cfg)
+    model.load_state_dict(load_converter().convert_state_dict(fixture["official_state_dict"], cfg), strict=True)
+    return fixture, cfg, model
+
+
+def relative_error(ours: Tensor, official: Tensor) -> float:
+    """max |ours - official| / max |official| (0 for two zero tensors)."""
+    assert ours.shape == official.shape, (ours.shape, official.shape)
+    scale = official.abs().max().item()
+    difference = (ours - official).abs().max().item()
+    return difference / scale if scale > 0 else difference
+
+
+def reorder_blocks(official: Tensor, order: Tensor) -> Tensor:
+    """(N, A * C, H, W) official head output (or gradient) with its A anchor blocks in detectron2's order: our
+    block a is the official block order[a]."""
+    n, channels, h, w = official.shape
+    return official.view(n, len(order), channels // len(order), h, w)[:, order].reshape(n, channels, h, w)
+
+
+def official_anchor_index(locations_per_level: List[int], order: Tensor) -> Tensor:
+    """For every anchor of detectron2's concatenation over the levels (location-major, anchors in detectron2's
+    order), its index in mmdetection's concatenation (location-major, anchors ratio-major)."""
+    indices, offset = [], 0
+    for locations in locations_per_level:
+        index = torch.arange(locations)[:, None] * len(order) + order[None, :]
+        indices.append(offset + index.reshape(-1))
+        offset += locations * len(order)
+    return torch.cat(indices)

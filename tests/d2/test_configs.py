@@ -21,13 +21,14 @@ CONFIGS = sorted(
 
 
 def shrink_backbone(cfg) -> None:
-    """ResNet-18 with a 64-channel FPN, random init, CPU; everything else as the config says."""
+    """ResNet-18 with a 64-channel FPN, random init, CPU; everything else as the config says. A config with
+    deformable convolutions (bottleneck blocks only) gets a narrow ResNet-50 instead."""
     cfg.MODEL.WEIGHTS = ""
     cfg.MODEL.DEVICE = "cpu"
-    cfg.MODEL.RESNETS.DEPTH = 18
+    cfg.MODEL.RESNETS.DEPTH = 50 if any(cfg.MODEL.RESNETS.DEFORM_ON_PER_STAGE) else 18
     cfg.MODEL.RESNETS.RES2_OUT_CHANNELS = 64
     cfg.MODEL.RESNETS.NUM_GROUPS = 1
-    cfg.MODEL.RESNETS.WIDTH_PER_GROUP = 64
+    cfg.MODEL.RESNETS.WIDTH_PER_GROUP = 16 if any(cfg.MODEL.RESNETS.DEFORM_ON_PER_STAGE) else 64
     cfg.MODEL.FPN.OUT_CHANNELS = 64  # GroupNorm(32) heads: 2 channels a group, also on 1 x 1 maps
 
 

@@ -4,39 +4,34 @@ models.
 - Key sets: every one of the 14 published models (state-dict names and shapes of the official models built from
   their configs, tests/fixtures/official/keysets) is identified from its checkpoint's config text and converted
   into a state dict that loads strictly into the model of the mapped project config (built on the meta device).
-- Numbers: the reduced-width official networks of tests/fixtures/official, converted, give the official backbone
-  features C2-C5, FPN levels P3-P6 (P2-P6 for Faster R-CNN), dense-head outputs (given the official FPN features;
-  anchors matched by their boxes, which checks the anchor-order permutation) and box-head outputs (given the
-  official RoI features), DCNv2 included.
+- Numbers: tests/d2/test_official_equivalence.py converts the reduced-width official networks of
+  tests/fixtures/official and compares every stage of the detectors with the official code.
 - The command line converts a checkpoint file into one that detectron2's checkpointer loads, and stops naming the
   keys it cannot map.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
+import numpy as np
 import pytest
 import torch
-import torchvision
 from detectron2.checkpoint import DetectionCheckpointer
+from detectron2.data.datasets.builtin_meta import COCO_CATEGORIES
 from detectron2.modeling import META_ARCH_REGISTRY, build_model
 from torch import Tensor
 
 from alrp_d2.checkpoint import AlrpCheckpointer
 
-from .official_fixtures import KEYSET_DIR, REPO_ROOT, inputs, load_converter, load_keyset, network, reduced_project_cfg
+from .official_fixtures import KEYSET_DIR, REPO_ROOT, load_converter, load_keyset, network, variant_project_cfg
 
 converter = load_converter()
 
-KEYSETS = sorted(KEYSET_DIR.glob("*.json"))
-PHASE_B_CONFIGS = {
-    "alrp_loss_retinanet_x101_64x4d_fpn_dcn_ATSS_100e_coco800.py",
-    "faster_rcnn_r50_fpn_100e_coco500.py",
-    "faster_rcnn_r50_fpn_giou_100e_coco500.py",
-}
+KEYSETS = sorted(KEYSET_DIR.glob("*.json.gz"))
 # Relative to the largest magnitude of the official tensor; float32 with the same operations in another order
 # (FrozenBatchNorm2d's folded scale, the FPN's additions) differs by at most 5e-7.
 TOLERANCE = 1e-5
@@ -49,7 +44,7 @@ def relative_error(ours: Tensor, official: Tensor) -> float:
 
 def test_fourteen_key_sets():
     assert len(KEYSETS) == 14 == len(converter.OFFICIAL_MODELS)
-    assert {k.name.replace(".json", ".py") for k in KEYSETS} == {m.config for m in converter.OFFICIAL_MODELS}
+    assert {k.name.replace(".json.gz", ".py") for k in KEYSETS} == {m.config for m in converter.OFFICIAL_MODELS}
 
 
 def loc_weights(converted: Dict[str, Tensor]) -> List[str]:
@@ -57,20 +52,14 @@ def loc_weights(converted: Dict[str, Tensor]) -> List[str]:
     return [key for key in converted if key.endswith("ranking_loss.loc_weight")]
 
 
-@pytest.mark.parametrize("keyset", KEYSETS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("keyset", KEYSETS, ids=lambda p: p.name.split(".")[0])
 def test_published_model_is_identified_from_its_config_text(keyset):
     record = load_keyset(keyset)
     parsed = converter.parse_config_text(record["meta_config"])
     assert converter.identify_official_model(parsed).config == record["official_config"]
 
 
-def _phase_b(keyset):
-    if keyset.name.replace(".json", ".py") in PHASE_B_CONFIGS:
-        return pytest.param(keyset, marks=pytest.mark.xfail(strict=True, reason="config added in phase B"))
-    return keyset
-
-
-@pytest.mark.parametrize("keyset", [_phase_b(k) for k in KEYSETS], ids=lambda p: p.stem)
+@pytest.mark.parametrize("keyset", KEYSETS, ids=lambda p: p.name.split(".")[0])
 def test_published_model_converts_and_loads_strictly(keyset):
     """The official key set as meta tensors (names and shapes only) through the converter, then a strict load into
     the project model on the meta device."""
@@ -87,156 +76,6 @@ def test_published_model_converts_and_loads_strictly(keyset):
     alrp = cfg.MODEL.ALRP
     initial = alrp.SB_INIT_WEIGHT if alrp.SB_ENABLED else alrp.LOC_WEIGHT
     assert all(converted[key].item() == initial for key in loc_weights(converted))
-
-
-@pytest.mark.parametrize(
-    "keyset_name, overrides",
-    [
-        (
-            "alrp_loss_retinanet_x101_64x4d_fpn_dcn_ATSS_100e_coco800",
-            {"MODEL.RESNETS.DEFORM_ON_PER_STAGE": [False, True, True, True], "MODEL.RESNETS.DEFORM_MODULATED": True},
-        ),
-        ("faster_rcnn_r50_fpn_100e_coco500", {"MODEL.ROI_HEADS.NAME": "StandardROIHeads"}),
-    ],
-)
-def test_dcn_and_softmax_key_sets_map_onto_detectron2_layers(keyset_name, overrides):
-    """Until their project configs exist: the DCN ResNeXt and the softmax box head convert onto detectron2's own
-    layers (the closest existing config with the network's keys changed)."""
-    record = load_keyset(KEYSET_DIR / f"{keyset_name}.json")
-    base = "alrp_X101_ATSS_800.yaml" if "dcn" in keyset_name else "alrp_faster_rcnn_R50_FPN_500.yaml"
-    cfg = converter.setup_cfg(str(REPO_ROOT / "configs" / base))
-    cfg.defrost()
-    for key, value in overrides.items():
-        node = cfg
-        *path, leaf = key.split(".")
-        for part in path:
-            node = getattr(node, part)
-        setattr(node, leaf, value)
-    official = {k: torch.empty(shape, device="meta") for k, shape in record["state_dict_shapes"].items()}
-    converted = converter.convert_state_dict(official, cfg)
-    assert len(converted) - len(loc_weights(converted)) == len(official)
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# The reduced-width official networks, number for number.
-# ---------------------------------------------------------------------------------------------------------------
-
-NETWORKS = ["retinanet_iou", "atss_500", "atss_800", "atss_dcn_800", "foveabox", "faster_rcnn_ce", "faster_rcnn_alrp"]
-
-
-def _torchvision_modulated_deform_conv(x, offset, mask, weight, bias, stride, padding, dilation, groups, dg):
-    return torchvision.ops.deform_conv2d(
-        x, offset, weight, bias, stride=stride, padding=padding, dilation=dilation, mask=mask
-    )
-
-
-def project_cfg_for(fixture: Dict):
-    """The mapped project config with the fixture's widths; the networks whose configs come later (DCN, softmax
-    Faster R-CNN) use the closest config with detectron2's DCN / RPN and box head."""
-    name = fixture["meta"]["fixture"]
-    reduction = fixture["meta"]["reduction"]
-    if name == "atss_dcn_800":
-        cfg = reduced_project_cfg("configs/alrp_X101_ATSS_800.yaml", reduction)
-        cfg.MODEL.RESNETS.DEFORM_ON_PER_STAGE = [False, True, True, True]
-        cfg.MODEL.RESNETS.DEFORM_MODULATED = True
-        return cfg
-    if name == "faster_rcnn_ce":
-        cfg = reduced_project_cfg("configs/alrp_faster_rcnn_R50_FPN_500.yaml", reduction)
-        cfg.MODEL.PROPOSAL_GENERATOR.NAME = "RPN"
-        cfg.MODEL.RPN.BBOX_REG_WEIGHTS = (1.0, 1.0, 1.0, 1.0)
-        cfg.MODEL.ROI_HEADS.NAME = "StandardROIHeads"
-        return cfg
-    official_config = next(iter(fixture["variants"].values()))["official_config"]
-    return reduced_project_cfg(converter.official_model_by_name(official_config).project_config, reduction)
-
-
-def converted_model(name: str, monkeypatch):
-    fixture = network(name)
-    cfg = project_cfg_for(fixture)
-    if any(cfg.MODEL.RESNETS.DEFORM_ON_PER_STAGE):
-        # detectron2's DCN has no CPU kernel; torchvision's has the same offset (dy, dx per tap) and mask layout.
-        import detectron2.layers.deform_conv as deform_conv
-
-        monkeypatch.setattr(deform_conv, "modulated_deform_conv", _torchvision_modulated_deform_conv)
-    converted = converter.convert_state_dict(fixture["official_state_dict"], cfg)
-    model = build_model(cfg)
-    model.load_state_dict(converted, strict=True)
-    model.eval()
-    return fixture, model, converted
-
-
-def anchor_order(official_anchors: Tensor, our_anchors: Tensor, num_anchors: int) -> Tensor:
-    """For each of our anchors at the first location, the official anchor with the same box (rounded sizes in the
-    configs differ by < 1e-4 px)."""
-    distance = (our_anchors[:num_anchors, None, :] - official_anchors[None, :num_anchors, :]).abs().amax(-1)
-    assert distance.min(dim=1).values.max() < 1e-3, "an anchor of the project config has no official counterpart"
-    order = distance.argmin(dim=1)
-    assert sorted(order.tolist()) == list(range(num_anchors))
-    return order
-
-
-def reorder_blocks(official: Tensor, order: Tensor) -> Tensor:
-    n, channels, h, w = official.shape
-    return official.view(n, len(order), channels // len(order), h, w)[:, order].reshape(n, channels, h, w)
-
-
-@pytest.mark.parametrize("name", NETWORKS)
-@torch.no_grad()
-def test_converted_backbone_and_fpn_equal_official(name, monkeypatch):
-    fixture, model, converted = converted_model(name, monkeypatch)
-    images = inputs()["images"]
-    bottom_up = model.backbone.bottom_up
-    x = bottom_up.stem(images)
-    ours: List[Tensor] = []
-    for stage in bottom_up.stages:
-        x = stage(x)
-        ours.append(x)
-    for level, (mine, official) in enumerate(zip(ours, fixture["backbone_features"]), start=2):
-        assert relative_error(mine, official) < TOLERANCE, f"C{level}"
-    pyramid = model.backbone(images)
-    names = model.backbone._out_features
-    # P7: the official FPN takes conv(P6) without ReLU, detectron2's LastLevelP6P7 conv(ReLU(P6)).
-    compared = [n for n in names if n != "p7"]
-    for level, official in zip(names, fixture["neck_features"]):
-        if level in compared:
-            assert relative_error(pyramid[level], official) < TOLERANCE, level
-    if name == "atss_dcn_800":
-        offsets = [v for k, v in converted.items() if k.endswith("conv2_offset.weight")]
-        assert len(offsets) == 13 and all(v.abs().sum() > 0 for v in offsets), "the DCN offsets must be exercised"
-
-
-@pytest.mark.parametrize("name", NETWORKS)
-@torch.no_grad()
-def test_converted_heads_equal_official_given_official_features(name, monkeypatch):
-    fixture, model, _ = converted_model(name, monkeypatch)
-    features = fixture["neck_features"]
-    kind = fixture["meta"]["kind"]
-    if kind == "two_stage":
-        logits, deltas = model.proposal_generator.rpn_head(features)
-        official_logits = fixture["network"]["head"]["rpn_cls_scores"]
-        official_deltas = fixture["network"]["head"]["rpn_bbox_preds"]
-        anchors = model.proposal_generator.anchor_generator(features)
-    else:
-        logits, deltas = model.head(features)
-        official_logits = fixture["network"]["head"]["cls_scores"]
-        official_deltas = fixture["network"]["head"]["bbox_preds"]
-        anchors = model.anchor_generator(features) if kind == "anchor" else None
-    for level in range(len(features)):
-        num_anchors = official_deltas[level].shape[1] // 4
-        if anchors is None:
-            order = torch.arange(num_anchors)
-        else:
-            order = anchor_order(fixture["network"]["anchors"][level], anchors[level].tensor, num_anchors)
-        expected_logits = reorder_blocks(official_logits[level], order)
-        expected_deltas = reorder_blocks(official_deltas[level], order)
-        assert relative_error(logits[level], expected_logits) < TOLERANCE, f"logits, level {level}"
-        assert relative_error(deltas[level], expected_deltas) < TOLERANCE, f"deltas, level {level}"
-    if kind == "two_stage":
-        for variant, record in fixture["variants"].items():
-            box_features = model.roi_heads.box_head(record["train"]["roi_features"])
-            scores, box_deltas = model.roi_heads.box_predictor(box_features)
-            assert relative_error(scores, record["train"]["box_head"]["cls_score"]) < TOLERANCE, variant
-            assert relative_error(box_deltas, record["train"]["box_head"]["bbox_pred"]) < TOLERANCE, variant
 
 
 def test_retinanet_anchor_order_is_permuted():
@@ -311,7 +150,7 @@ def test_unmapped_official_keys_are_named():
     fixture = network("foveabox")
     official = dict(fixture["official_state_dict"])
     official["bbox_head.feature_adaption.conv_offset.weight"] = torch.zeros(72, 4, 1, 1)
-    cfg = project_cfg_for(fixture)
+    cfg = variant_project_cfg(fixture, "alrp")
     with pytest.raises(converter.ConversionError, match="feature_adaption.conv_offset.weight"):
         converter.convert_state_dict(official, cfg)
 
@@ -320,7 +159,7 @@ def test_unfilled_project_keys_are_named():
     fixture = network("foveabox")
     official = {k: v for k, v in fixture["official_state_dict"].items() if k != "bbox_head.fovea_cls.bias"}
     with pytest.raises(converter.ConversionError, match="head.cls_score.bias"):
-        converter.convert_state_dict(official, project_cfg_for(fixture))
+        converter.convert_state_dict(official, variant_project_cfg(fixture, "alrp"))
 
 
 def test_checkpoint_without_config_needs_one(tmp_path):
@@ -337,3 +176,69 @@ def test_config_option_names_the_official_config_or_a_project_config(tmp_path):
     assert converter.resolve_project_config({"config": "model = dict(type='RetinaNet')"}, project) == (project, None)
     with pytest.raises(converter.ConversionError, match="not a published official config"):
         converter.resolve_project_config({}, "retinanet_r50_fpn_1x_coco.py")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# README "Evaluate the official models": convert, then train_net.py --eval-only.
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def write_coco80_dataset(root) -> Tuple[str, str]:
+    """Two 64 x 64 images with three boxes, annotated with the 80 COCO categories (their ids, with gaps)."""
+    from PIL import Image
+
+    (root / "images").mkdir()
+    categories = [{"id": c["id"], "name": c["name"]} for c in COCO_CATEGORIES if c["isthing"]]
+    rng = np.random.default_rng(0)
+    images, annotations = [], []
+    for image_id, boxes in ((1, [[6, 8, 30, 24], [40, 30, 20, 30]]), (2, [[10, 12, 44, 40]])):
+        Image.fromarray(rng.integers(0, 255, (64, 64, 3), dtype=np.uint8)).save(root / "images" / f"{image_id}.png")
+        images.append({"id": image_id, "file_name": f"{image_id}.png", "width": 64, "height": 64})
+        for box in boxes:
+            category = categories[(len(annotations) * 37) % len(categories)]["id"]
+            annotations.append(
+                {"id": len(annotations) + 1, "image_id": image_id, "category_id": category, "bbox": box,
+                 "area": box[2] * box[3], "iscrowd": 0}
+            )  # fmt: skip
+    json_file = root / "instances.json"
+    json_file.write_text(json.dumps({"images": images, "annotations": annotations, "categories": categories}))
+    return str(json_file), str(root / "images")
+
+
+def mmcv_checkpoint(fixture: Dict) -> Dict:
+    """An official checkpoint as mmcv 0.6.2's save_checkpoint writes it at the end of a run of mmdetection 2.1's
+    tools/train.py: the state dict, the meta (mmcv's and the run's, with the config text) and the optimizer."""
+    meta = dict(fixture["variants"]["alrp"]["checkpoint_meta"])
+    meta.update(
+        mmcv_version="0.6.2",
+        time="Sun Oct 11 10:00:00 2020",
+        epoch=100,
+        iter=366500,
+        CLASSES=tuple(c["name"] for c in COCO_CATEGORIES if c["isthing"]),
+    )
+    state_dict = fixture["official_state_dict"]
+    optimizer = {"state": {}, "param_groups": [{"lr": 8e-05, "momentum": 0.9, "params": list(range(len(state_dict)))}]}
+    return {"meta": meta, "state_dict": state_dict, "optimizer": optimizer}
+
+
+def test_convert_then_eval_only_on_an_80_class_coco_set(tmp_path):
+    """The README's two commands on an official-format checkpoint (random weights of the reduced aLRP RetinaNet)
+    and a COCO-format set with the 80 COCO categories: train_net.py evaluates the converted weights."""
+    fixture = network("retinanet_iou")
+    official_path = tmp_path / "official.pth"
+    torch.save(mmcv_checkpoint(fixture), official_path)
+    converted = tmp_path / "converted.pth"
+    config = write_reduced_project_config(tmp_path, fixture)
+    converter.main([str(official_path), str(converted), "--config", config])  # the command line, in this process
+    json_file, image_dir = write_coco80_dataset(tmp_path)
+    output_dir = tmp_path / "eval"
+    evaluated = subprocess.run(
+        [sys.executable, REPO_ROOT / "train_net.py", "--config-file", config, "--dataset", "coco80", json_file,
+         image_dir, "--eval-only", "MODEL.WEIGHTS", converted, "MODEL.DEVICE", "cpu", "DATASETS.TEST", '("coco80",)',
+         "DATASETS.TRAIN", '("coco80",)', "INPUT.MIN_SIZE_TEST", "64", "INPUT.MAX_SIZE_TEST", "64",
+         "OUTPUT_DIR", output_dir],
+        capture_output=True, text=True, cwd=tmp_path,
+    )  # fmt: skip
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    assert "Evaluation results for bbox" in evaluated.stdout + evaluated.stderr
+    assert (output_dir / "inference" / "coco_instances_results.json").exists()

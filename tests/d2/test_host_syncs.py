@@ -32,6 +32,10 @@ def fcos_cfg(centerness: str):
 # (config, number of ranking heads)
 DETECTORS = {
     "retinanet_iou": (lambda: tiny_retinanet_cfg(), 1),
+    # the official networks (octave anchors, the MaxIoUAssigner's low-quality rule, P7 without ReLU; FoveaBox's
+    # below, whose paper configs build the official network)
+    "retinanet_official_network": (lambda: tiny_retinanet_cfg("alrp_R50_500.yaml"), 1),
+    "faster_rcnn_official_network": (lambda: tiny_faster_rcnn_cfg("alrp_faster_rcnn_R50_FPN_500.yaml"), 2),
     "retinanet_atss": (lambda: tiny_retinanet_cfg(MATCHER="atss"), 1),
     "retinanet_ap_interpolated": (lambda: tiny_retinanet_cfg(CLS_LOSS="ap_interpolated"), 1),
     "faster_rcnn": (lambda: tiny_faster_rcnn_cfg(), 2),

@@ -33,17 +33,22 @@ TORCHVISION_R50 = "detectron2://ImageNetPretrained/torchvision/R-50.pkl"
 SCHEDULES = {
     "alrp_R50_500.yaml": (32, 0.008, (60, 80)),
     "ap_R50_500.yaml": (32, 0.002, (60, 80)),
+    "ap_giou_R50_500.yaml": (32, 0.002, (60, 80)),
     "alrp_R50_ATSS_500.yaml": (32, 0.008, (75, 95)),
     "alrp_R101_ATSS_500.yaml": (32, 0.008, (75, 95)),
     "alrp_X101_ATSS_500.yaml": (32, 0.008, (75, 95)),
     "alrp_R101_ATSS_800.yaml": (16, 0.004, (60, 80)),
     "alrp_X101_ATSS_800.yaml": (16, 0.004, (60, 80)),
+    "alrp_X101_DCN_ATSS_800.yaml": (16, 0.004, (60, 80)),
     "alrp_faster_rcnn_R50_FPN_500.yaml": (32, 0.012, (75, 95)),
+    "faster_rcnn_R50_FPN_500.yaml": (32, 0.04, (75, 95)),
+    "faster_rcnn_giou_R50_FPN_500.yaml": (32, 0.04, (75, 95)),
     "foveabox_alrp_R50_500.yaml": (32, 0.008, (75, 95)),
     "foveabox_ap_R50_500.yaml": (32, 0.002, (75, 95)),
     "foveabox_focal_R50_500.yaml": (32, 0.02, (75, 95)),
 }
 PAPER_CONFIGS = sorted(SCHEDULES)
+CROSS_ENTROPY_CONFIGS = ("faster_rcnn_R50_FPN_500.yaml", "faster_rcnn_giou_R50_FPN_500.yaml")
 
 
 @pytest.mark.parametrize("name", PAPER_CONFIGS)
@@ -56,7 +61,49 @@ def test_schedule_is_the_official_one(name):
     assert cfg.SOLVER.MAX_ITER == 100 * epoch
     assert (cfg.SOLVER.WARMUP_METHOD, cfg.SOLVER.WARMUP_FACTOR, cfg.SOLVER.WARMUP_ITERS) == ("linear", 0.001, 500)
     # The official heads update the self-balance weight every 3,665 iterations at every scale.
-    assert cfg.MODEL.ALRP.SB_PERIOD == 3665
+    assert cfg.MODEL.ALRP.SB_PERIOD == 3665 or name in CROSS_ENTROPY_CONFIGS
+
+
+@pytest.mark.parametrize("name", CROSS_ENTROPY_CONFIGS)
+def test_cross_entropy_baselines_follow_the_official_configs(name):
+    """faster_rcnn_r50_fpn(_giou)_100e_coco500.py: L1 (not Smooth L1) in both stages, RPN deltas of unit weights,
+    256 / 0.5 and 512 / 0.25 sampling with the ground truths added, GIoU weight 10 for the GIoU baseline."""
+    cfg = load_config(name)
+    rpn, roi_heads, box_head = cfg.MODEL.RPN, cfg.MODEL.ROI_HEADS, cfg.MODEL.ROI_BOX_HEAD
+    assert cfg.MODEL.PROPOSAL_GENERATOR.NAME == "MinIoULowQualityRPN" and cfg.MODEL.ALRP.RPN_LOW_QUALITY_MIN_IOU == 0.3
+    assert (rpn.BBOX_REG_LOSS_TYPE, rpn.SMOOTH_L1_BETA, rpn.BBOX_REG_WEIGHTS) == ("smooth_l1", 0.0, (1.0,) * 4)
+    assert (rpn.BATCH_SIZE_PER_IMAGE, rpn.POSITIVE_FRACTION) == (256, 0.5)
+    assert (roi_heads.NAME, roi_heads.BATCH_SIZE_PER_IMAGE, roi_heads.POSITIVE_FRACTION) == (
+        "StandardROIHeads",
+        512,
+        0.25,
+    )
+    assert roi_heads.PROPOSAL_APPEND_GT and box_head.BBOX_REG_WEIGHTS == (10.0, 10.0, 5.0, 5.0)
+    expected = ("giou", 10.0) if "giou" in name else ("smooth_l1", 1.0)
+    assert (box_head.BBOX_REG_LOSS_TYPE, box_head.BBOX_REG_LOSS_WEIGHT) == expected
+    assert box_head.SMOOTH_L1_BETA == 0.0
+
+
+def test_dcn_config_is_the_x101_800_config_with_dcnv2_on_res3_to_res5():
+    dcn, plain = load_config("alrp_X101_DCN_ATSS_800.yaml"), load_config("alrp_X101_ATSS_800.yaml")
+    assert dcn.MODEL.RESNETS.DEFORM_ON_PER_STAGE == [False, True, True, True]
+    assert dcn.MODEL.RESNETS.DEFORM_MODULATED and dcn.MODEL.RESNETS.DEFORM_NUM_GROUPS == 1
+    dcn.MODEL.RESNETS.DEFORM_ON_PER_STAGE, dcn.MODEL.RESNETS.DEFORM_MODULATED = [False] * 4, False
+    assert dcn == plain
+
+
+def test_official_ap_loss_retinanet_uses_smooth_l1_on_the_deltas():
+    """ap_loss_retinanet_r50_fpn_100e_coco500.py: SmoothL1Loss(beta=1.0, loss_weight=1.0) on the encoded deltas;
+    the paper's GIoU ablation is its own config."""
+    cfg = load_config("ap_R50_500.yaml")
+    alrp = cfg.MODEL.ALRP
+    assert (alrp.CLS_LOSS, alrp.AP_LOC_LOSS, cfg.MODEL.RETINANET.SMOOTH_L1_LOSS_BETA) == (
+        "ap_interpolated",
+        "smooth_l1",
+        1.0,
+    )
+    assert (alrp.SB_ENABLED, alrp.LOC_WEIGHT) == (False, 1.0)
+    assert load_config("ap_giou_R50_500.yaml").MODEL.ALRP.AP_LOC_LOSS == "giou"
 
 
 @pytest.mark.parametrize("name", ["alrp_R101_ATSS_800.yaml", "alrp_X101_ATSS_800.yaml"])
@@ -68,6 +115,8 @@ def test_800_anchors_are_octave_base_4_with_3_scales_per_octave(name):
     assert cfg.MODEL.ANCHOR_GENERATOR.SIZES[0] == pytest.approx([32.0, 40.3175, 50.7968], abs=1e-4)
     assert cfg.MODEL.ANCHOR_GENERATOR.ASPECT_RATIOS == [[1.0]]
     assert cfg.MODEL.ALRP.MATCHER == "atss"
+    anchors = cfg.MODEL.ANCHOR_GENERATOR
+    assert (anchors.NAME, anchors.OCTAVE_BASE_SCALE, anchors.SCALES_PER_OCTAVE) == ("OctaveAnchorGenerator", 4.0, 3)
 
 
 def test_500_anchors_are_octave_base_4_with_2_scales_per_octave():
