@@ -13,7 +13,9 @@ from .backbone import (
     build_fcos_resnet_fpn_backbone,
 )
 from .foveabox import FoveaBox
-from .ranking_loss import HeadRankingLoss, PositiveTargets, RankingStatistics
+from .rank_sort_atss import LevelScaledRetinaNetHead, RankSortATSS
+from .rank_sort_mask_head import RankSortMaskHead
+from .ranking_loss import HeadRankingLoss, PositiveTargets, RankingStatistics, RankSortTargets
 
 __all__ = [
     "AlrpFCOS",
@@ -27,7 +29,11 @@ __all__ = [
     "FoveaBox",
     "FrozenStatsBatchNorm2d",
     "HeadRankingLoss",
+    "LevelScaledRetinaNetHead",
     "PositiveTargets",
+    "RankSortATSS",
+    "RankSortMaskHead",
+    "RankSortTargets",
     "RankingStatistics",
     "build_alrp_resnet_fpn_backbone",
     "build_alrp_retinanet_resnet_fpn_backbone",

@@ -32,6 +32,7 @@ class AlrpRetinaNet(DenseRankingDetector, OfficialOrderInference, RetinaNet):
     """
 
     ranking_loss_name = "retinanet"
+    rank_sort_supported = True
 
     @configurable
     def __init__(self, *, official_inference: bool, **kwargs):

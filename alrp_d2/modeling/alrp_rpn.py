@@ -14,8 +14,8 @@ from detectron2.modeling.proposal_generator import RPN
 from detectron2.structures import Boxes
 from torch import Tensor
 
-from .dense_head import DensePositives, dense_ranking_loss
-from .ranking_loss import HeadRankingLoss, PositiveTargets
+from .dense_head import DensePositives, dense_ranking_loss, dense_targets
+from .ranking_loss import HeadRankingLoss
 
 __all__ = ["AlrpRPN", "MinIoULowQualityMatcher"]
 
@@ -82,10 +82,10 @@ class AlrpRPN(RPN):
         pred_anchor_deltas: List[Tensor],
         gt_boxes: List[Tensor],
     ) -> Dict[str, Tensor]:
-        """aLRP Loss of the batch over the anchors labelled 1 (positive) or 0 (negative)."""
-        targets = PositiveTargets.of_objectness(torch.stack(gt_labels))
-        positives = DensePositives.gather(targets, anchors, pred_anchor_deltas, gt_boxes)
-        loc_errors = positives.loc_errors(self.ranking_loss, self.box2box_transform)
-        return dense_ranking_loss(
-            self.ranking_loss, positives, loc_errors, pred_objectness_logits, "rpn/num_pos_anchors"
+        """The ranking loss of the batch over the anchors labelled 1 (positive) or 0 (negative)."""
+        targets = dense_targets(
+            self.ranking_loss, gt_labels, None, self.box2box_transform, anchors, pred_anchor_deltas, gt_boxes
         )
+        positives = DensePositives.gather(targets.box, anchors, pred_anchor_deltas, gt_boxes)
+        loc_errors = positives.loc_errors(self.ranking_loss, self.box2box_transform)
+        return dense_ranking_loss(self.ranking_loss, targets, loc_errors, pred_objectness_logits, "rpn/num_pos_anchors")

@@ -95,9 +95,14 @@ def build_alrp_retinanet_resnet_fpn_backbone(cfg: CfgNode, input_shape: ShapeSpe
 
 
 @BACKBONE_REGISTRY.register()
-def build_fcos_resnet_fpn_backbone(cfg: CfgNode, input_shape: ShapeSpec) -> FPN:
+def build_fcos_resnet_fpn_backbone(cfg: CfgNode, input_shape: ShapeSpec) -> Backbone:
     """ResNet-FPN P3-P7 with P6 and P7 computed from P5, as detectron2's FCOS config (Sec. 2.2 of
-    Tian et al., TPAMI 2022); RetinaNet's ``build_retinanet_resnet_fpn_backbone`` uses C5."""
+    Tian et al., TPAMI 2022) and mmdetection's ``add_extra_convs="on_output"`` (RS-ATSS);
+    RetinaNet's ``build_retinanet_resnet_fpn_backbone`` uses C5. MODEL.RESNETS.NORM "FrozenStatsBN" available."""
+    return build_with_frozen_stats_bn(cfg, input_shape, _p6p7_from_p5_resnet_fpn)
+
+
+def _p6p7_from_p5_resnet_fpn(cfg: CfgNode, input_shape: ShapeSpec) -> FPN:
     out_channels = cfg.MODEL.FPN.OUT_CHANNELS
     return FPN(
         bottom_up=build_resnet_backbone(cfg, input_shape),
