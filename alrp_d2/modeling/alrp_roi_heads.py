@@ -1,6 +1,6 @@
 """The box head of aLRP Faster R-CNN: sigmoid classifiers trained with aLRP Loss over all
 proposals, without sampling (paper Sec. 5.4, App. G.4); with Rank & Sort Loss, the box and mask
-heads of RS R-CNN and RS Mask R-CNN (RS paper Sec. 4)."""
+heads of RS R-CNN and RS Mask R-CNN (Oksuz et al., ICCV 2021)."""
 
 from __future__ import annotations
 

@@ -45,7 +45,9 @@ class AlrpRPN(RPN):
     tau = MODEL.ALRP.RPN_TAU, the RPN's positive threshold; both components are weighted by
     MODEL.ALRP.RPN_WEIGHT (Sec. 5.4). Low-quality matches need IoU >= MODEL.ALRP.RPN_LOW_QUALITY_MIN_IOU
     (:class:`MinIoULowQualityMatcher`). Losses: ``loss_rpn_cls`` and ``loss_rpn_loc``
-    (:class:`HeadRankingLoss` named "rpn").
+    (:class:`HeadRankingLoss` named "rpn"). With MODEL.ALRP.CLS_LOSS "rank_sort" it is RS R-CNN's RPN (the
+    official ``RankBasedRPNHead``): Rank & Sort Loss with the IoUs of the positives' decoded boxes as targets
+    and their GIoU loss weighted by their objectness and balanced by the loss values of the step.
     """
 
     @configurable

@@ -1,5 +1,5 @@
-"""RS-ATSS (Oksuz et al., "Rank & Sort Loss for Object Detection and Instance Segmentation", ICCV 2021,
-Sec. 5): an ATSS detector trained by Rank & Sort Loss, as the official ``RankBasedATSSHead``."""
+"""RS-ATSS (Oksuz et al., "Rank & Sort Loss for Object Detection and Instance Segmentation", ICCV
+2021): an ATSS detector trained by Rank & Sort Loss, as the official ``RankBasedATSSHead``."""
 
 from __future__ import annotations
 

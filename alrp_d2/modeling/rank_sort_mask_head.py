@@ -1,5 +1,5 @@
 """The mask head of RS Mask R-CNN (Oksuz et al., "Rank & Sort Loss for Object Detection and Instance
-Segmentation", ICCV 2021, Sec. 4): the official ``RankBasedFCNMaskHead``'s score-weighted Dice loss."""
+Segmentation", ICCV 2021): the official ``RankBasedFCNMaskHead``'s score-weighted Dice loss."""
 
 from __future__ import annotations
 

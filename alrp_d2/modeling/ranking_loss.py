@@ -133,7 +133,7 @@ Targets = Union[PositiveTargets, RankSortTargets]
 class HeadRankingLoss(nn.Module):
     """aLRP Loss (or AP Loss with a localisation loss, or Rank & Sort Loss with its box loss) of one
     head: all (row, class) pairs of the per-device batch in one ranking, as the papers train (aLRP
-    Sec. 5, App. E; RS Sec. 4).
+    Sec. 5, App. E; RS Loss: Oksuz et al., ICCV 2021).
 
     It owns what the head's loss needs: the classification loss (MODEL.ALRP.CLS_LOSS), delta,
     the kind and tau of E_loc, the weight of the whole loss (the RPN's 0.2, App. G.4) and the
