@@ -23,7 +23,9 @@ __all__ = [
     "MATCHERS",
 ]
 
-CLS_LOSSES = ("alrp", "ap", "ap_interpolated")
+CLS_LOSSES = ("alrp", "ap", "ap_interpolated", "rank_sort")
+#: The classification losses whose delta may be 0 (the unit step).
+UNIT_STEP_LOSSES = ("rank_sort",)
 MATCHERS = ("iou", "atss")
 # The ground truth of a low-quality match (a ground truth's best anchor below the positive IoU): "max_iou", the one
 # the anchor overlaps most (detectron2's Matcher); "best_anchor", the one it is the best anchor of, the last such
@@ -44,10 +46,14 @@ FOVEABOX_LOC_TARGETS = ("gt_box", "decoded_target")
 # Paper recipe: the norm of the official ResNets (BN statistics frozen, affine trained;
 # alrp_d2/modeling/backbone.py) and the registered backbones that build it and the MODEL.FPN keys below.
 FROZEN_STATS_BN = "FrozenStatsBN"
-FROZEN_STATS_BN_BACKBONES = ("build_alrp_resnet_fpn_backbone", "build_alrp_retinanet_resnet_fpn_backbone")
+FROZEN_STATS_BN_BACKBONES = (
+    "build_alrp_resnet_fpn_backbone",
+    "build_alrp_retinanet_resnet_fpn_backbone",
+    "build_fcos_resnet_fpn_backbone",
+)
 # Backbones that read MODEL.FPN.RELU_BEFORE_P7 (those with a P6-P7 top block), and the other MODEL.FPN keys.
 P7_BACKBONES = ("build_alrp_retinanet_resnet_fpn_backbone", "build_fcos_resnet_fpn_backbone")
-FPN_KEY_BACKBONES = FROZEN_STATS_BN_BACKBONES + ("build_fcos_resnet_fpn_backbone",)
+FPN_KEY_BACKBONES = FROZEN_STATS_BN_BACKBONES
 
 
 def add_alrp_config(cfg: CN) -> None:
@@ -58,6 +64,7 @@ def add_alrp_config(cfg: CN) -> None:
     _add_retinanet_keys(cfg.MODEL.ALRP)
     _add_faster_rcnn_keys(cfg.MODEL.ALRP)
     _add_network_keys(cfg)
+    _add_rank_sort_keys(cfg.MODEL.ALRP)
 
     # FoveaBox (Kong et al., IEEE TIP 2020) as mmdetection's FoveaHead (paper Sec. 5.4, App. G); its own
     # loss (mmdet's config) is focal loss (alpha 0.4, gamma 1.5) + Smooth L1 on the encoded distances.
@@ -121,7 +128,9 @@ def _add_loss_keys(alrp: CN) -> None:
     alrp.TAU = 0.5
     # Classification loss: "alrp" (aLRP Loss); "ap_interpolated" (the official, interpolated AP Loss that
     # trained the paper's AP Loss rows, Table 2 / App. G) or "ap" (AP Loss without interpolation, an
-    # ablation), each with an IoU-based localisation loss.
+    # ablation), each with an IoU-based localisation loss; "rank_sort" (Rank & Sort Loss, Oksuz et al., ICCV 2021:
+    # IoU targets, the box loss weighted by the detached scores and balanced by the loss values of every iteration;
+    # SB_ENABLED must be False).
     alrp.CLS_LOSS = "alrp"
     # The batch every ranking-loss head ranks: "per_worker" (each worker its own images, as the paper
     # trains) or "global" (the images of all workers as one exact ranking; alrp_d2/losses/global_ranking.py).
@@ -195,6 +204,13 @@ def _add_network_keys(cfg: CN) -> None:
     # (mmdetection's CocoDataset: images of a side < 32 px or without any annotation dropped, crowd-only images
     # kept; boxes under 1 px, of zero area or outside the image dropped).
     cfg.DATALOADER.TRAIN_FILTER = "detectron2"
+
+
+def _add_rank_sort_keys(alrp: CN) -> None:
+    """MODEL.ALRP keys of the detectors trained by Rank & Sort Loss."""
+    # RS Mask R-CNN (RankSortMaskHead): at most this many positives of a worker's batch train the mask head, a
+    # random subset when there are more (the official RankBasedStandardRoIHead's resampling, 200).
+    alrp.MASK_MAX_POSITIVES = 200
 
 
 def _dense_head_config(norm: str, focal_alpha: float, focal_gamma: float, score_thresh: float, nms: float) -> CN:
@@ -366,6 +382,17 @@ def _validate_solver_periods(cfg: CN) -> None:
         )
 
 
+def _require_integer(alrp: CN, name: str, minimum: int, note: str = "") -> None:
+    """MODEL.ALRP.<name> is an integer >= minimum."""
+    value = alrp[name]
+    require_config(
+        isinstance(value, int) and not isinstance(value, bool) and value >= minimum,
+        f"MODEL.ALRP.{name}",
+        value,
+        f"must be an integer >= {minimum}{note}",
+    )
+
+
 def validate_alrp_config(cfg: CN) -> None:
     """Raises ValueError naming the key of the first invalid aLRP setting: every float of our keys
     is finite, the solver periods are positive, and each key is in its range."""
@@ -373,26 +400,31 @@ def validate_alrp_config(cfg: CN) -> None:
     _validate_solver_periods(cfg)
     _validate_network_keys(cfg)
     alrp = cfg.MODEL.ALRP
-    require_config(alrp.DELTA > 0, "MODEL.ALRP.DELTA", alrp.DELTA, "must be > 0")
-    require_config(alrp.RPN_DELTA > 0, "MODEL.ALRP.RPN_DELTA", alrp.RPN_DELTA, "must be > 0")
+    unit_step = alrp.CLS_LOSS in UNIT_STEP_LOSSES
+    for key in ("DELTA", "RPN_DELTA"):
+        value = alrp[key]
+        if unit_step:
+            require_config(value >= 0, f"MODEL.ALRP.{key}", value, f"must be >= 0 with CLS_LOSS {alrp.CLS_LOSS!r}")
+        else:
+            require_config(value > 0, f"MODEL.ALRP.{key}", value, "must be > 0")
     require_config(
         alrp.LOC_ERROR in LOC_ERROR_KINDS, "MODEL.ALRP.LOC_ERROR", alrp.LOC_ERROR, f"must be one of {LOC_ERROR_KINDS}"
     )
     require_config(0.0 <= alrp.TAU < 1.0, "MODEL.ALRP.TAU", alrp.TAU, "must be in [0, 1)")
     require_config(0.0 <= alrp.RPN_TAU < 1.0, "MODEL.ALRP.RPN_TAU", alrp.RPN_TAU, "must be in [0, 1)")
     require_config(alrp.CLS_LOSS in CLS_LOSSES, "MODEL.ALRP.CLS_LOSS", alrp.CLS_LOSS, f"must be one of {CLS_LOSSES}")
-    require_config(alrp.SB_INIT_WEIGHT > 0, "MODEL.ALRP.SB_INIT_WEIGHT", alrp.SB_INIT_WEIGHT, "must be > 0")
     require_config(
-        isinstance(alrp.SB_PERIOD, int) and alrp.SB_PERIOD >= 0,
-        "MODEL.ALRP.SB_PERIOD",
-        alrp.SB_PERIOD,
-        "must be an integer >= 0 (0: one epoch)",
+        not (alrp.CLS_LOSS == "rank_sort" and alrp.SB_ENABLED),
+        "MODEL.ALRP.SB_ENABLED",
+        alrp.SB_ENABLED,
+        "must be False with CLS_LOSS 'rank_sort', which balances the box loss by the loss values of every iteration",
     )
+    _require_integer(alrp, "MASK_MAX_POSITIVES", 1)
+    require_config(alrp.SB_INIT_WEIGHT > 0, "MODEL.ALRP.SB_INIT_WEIGHT", alrp.SB_INIT_WEIGHT, "must be > 0")
+    _require_integer(alrp, "SB_PERIOD", 0, " (0: one epoch)")
     require_config(alrp.LOC_WEIGHT > 0, "MODEL.ALRP.LOC_WEIGHT", alrp.LOC_WEIGHT, "must be > 0")
     require_config(alrp.MATCHER in MATCHERS, "MODEL.ALRP.MATCHER", alrp.MATCHER, f"must be one of {MATCHERS}")
-    require_config(
-        isinstance(alrp.ATSS_TOPK, int) and alrp.ATSS_TOPK >= 1, "MODEL.ALRP.ATSS_TOPK", alrp.ATSS_TOPK, "must be >= 1"
-    )
+    _require_integer(alrp, "ATSS_TOPK", 1)
     require_config(alrp.RPN_WEIGHT > 0, "MODEL.ALRP.RPN_WEIGHT", alrp.RPN_WEIGHT, "must be > 0")
     require_config(alrp.RANKING in RANKINGS, "MODEL.ALRP.RANKING", alrp.RANKING, f"must be one of {RANKINGS}")
     require_config(

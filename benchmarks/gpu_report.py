@@ -14,7 +14,7 @@ Sections:
    Rank & Sort Loss, the same inputs, the rows taking turns (median time), and the largest gradient
    difference from ours.
 3. **Training iteration**: aLRP RetinaNet against detectron2's focal-loss RetinaNet and aLRP Faster
-   R-CNN against detectron2's (R50-FPN, ``--batch`` images of 512 x 512; ``benchmarks/train_iter.py``).
+   R-CNN and RS R-CNN against detectron2's (R50-FPN, ``--batch`` images of 512 x 512; ``benchmarks/train_iter.py``).
 4. **Host synchronisations** per training step of every detector (``tests/d2/test_host_syncs.py``).
 5. **Peak memory** of aLRP Loss at 20M logits (``benchmarks/loss_memory.py``).
 
@@ -188,11 +188,11 @@ def training_iterations(args: argparse.Namespace) -> str:
         objects=3 if quick else 7,
     )
     rows = []
-    for name in ("retinanet", "faster_rcnn"):
+    for name in ("retinanet", "faster_rcnn", "rs_faster_rcnn"):
         alrp_time, baseline_time = train_iter.benchmark_pair(name, settings)
         rows.append([name, f"{alrp_time:.3f} s", f"{baseline_time:.3f} s", f"{alrp_time / baseline_time:.2f}x"])
     model = "tiny test models" if quick else f"R{settings.depth}-FPN"
-    header = [f"{model}, {settings.batch} x {settings.size}^2", "aLRP", "detectron2 baseline", "ratio"]
+    header = [f"{model}, {settings.batch} x {settings.size}^2", "ranking loss", "detectron2 baseline", "ratio"]
     return markdown(header, rows)
 
 

@@ -68,7 +68,9 @@ class SelfBalanceHook(HookBase):
     magnitudes), averages them over the workers with one all-reduce of a few floats and reads
     them on the host once: the losses themselves never wait for the host to log. It logs
     ``sb/<name>/cls``, ``sb/<name>/loc`` and ``<name>/grad_ratio`` (the negatives' over the
-    positives' summed magnitudes, paper Fig. 3).
+    positives' summed magnitudes, paper Fig. 3), and the head's further components
+    (:attr:`HeadRankingLoss.component_names`; with Rank & Sort Loss ``sb/<name>/rank``, ``sort``, the
+    step's box-loss ``weight`` and those of balanced tasks such as ``mask``).
 
     With a ``period``, it keeps every self-balanced localisation weight (one per head:
     RetinaNet's, or the RPN's and the box head's) equal to mean(L) / mean(L_loc) of the previous
@@ -103,10 +105,12 @@ class SelfBalanceHook(HookBase):
 
     def after_step(self) -> None:
         storage = self.trainer.storage
-        for name, (loss_cls, loss_loc, positive, negative) in self._step_statistics().items():
+        for name, (loss_cls, loss_loc, positive, negative, *components) in self._step_statistics().items():
             storage.put_scalars(**{f"sb/{name}/cls": loss_cls, f"sb/{name}/loc": loss_loc})
             if positive > 0:
                 storage.put_scalar(f"{name}/grad_ratio", negative / positive)
+            for component, value in zip(self._losses[name].component_names, components):
+                storage.put_scalar(f"sb/{name}/{component}", value)
             if name in self._sums:
                 self._sums[name][0] += loss_cls
                 self._sums[name][1] += loss_loc
@@ -116,23 +120,27 @@ class SelfBalanceHook(HookBase):
             storage.put_scalar(f"sb/{name}/weight", self._losses[name].loc_weight.item(), smoothing_hint=False)
 
     def _step_statistics(self) -> Dict[str, List[float]]:
-        """Every head's (L_cls, L_loc, positive and negative gradient magnitude) of this step,
-        averaged over the workers whose head ran this step (heads that ran nowhere are left out)."""
+        """Every head's (L_cls, L_loc, positive and negative gradient magnitude, components) of this
+        step, averaged over the workers whose head ran this step (heads that ran nowhere are left out)."""
         if not self._losses:
             return {}
         rows = []
         for loss in self._losses.values():
             statistics = loss.take_statistics()
+            width = 4 + len(loss.component_names)
             if statistics is None:
-                rows.append(loss.loc_weight.new_zeros(5, dtype=torch.float64))
+                rows.append(loss.loc_weight.new_zeros(width + 1, dtype=torch.float64))
             else:
-                values = torch.stack([value.double() for value in statistics])
-                rows.append(torch.cat([values, values.new_ones(1)]))
-        table = torch.stack(rows)
+                values = [*statistics[:4], *(value for _, value in statistics.components)]
+                row = torch.stack([value.double() for value in values])
+                rows.append(torch.cat([row, row.new_ones(1)]))
+        table = torch.cat(rows)
         if comm.get_world_size() > 1:
             dist.all_reduce(table)
-        step = {}
-        for name, (*sums, writers) in zip(self._losses, table.tolist()):
+        flat: List[float] = table.tolist()
+        step: Dict[str, List[float]] = {}
+        for name, row in zip(self._losses, rows):
+            (*sums, writers), flat = flat[: len(row)], flat[len(row) :]
             if writers:
                 step[name] = [value / writers for value in sums]
         return step

@@ -41,6 +41,7 @@ __all__ = [
     "exchange_checked",
     "exchange_positives",
     "global_mean",
+    "global_weighted_mean",
     "ranking_group",
 ]
 
@@ -182,3 +183,22 @@ def global_mean(values: Tensor, group: Optional[RankingGroup]) -> Tensor:
         return local_sum * 0.0
     scaled = _ScaleGradient.apply(local_sum.double(), float(group.world_size))
     return ((scaled + (total - local)) / count).to(values.dtype)
+
+
+def global_weighted_mean(values: Tensor, weights: Tensor, group: Optional[RankingGroup], eps: float = 1e-10) -> Tensor:
+    """``sum_i w_i v_i / sum_i w_i`` over the 1-D ``values`` of all workers with the (detached) ``weights``,
+    dividing by 1 when the total weight is below ``eps`` (Rank & Sort Loss's score-weighted box loss, whose
+    official heads do the same). No host synchronisation: with a group, one all-reduce of two floats and the
+    local gradient multiplied by the world size (see the module docstring); without one, the local mean. No
+    value anywhere gives a zero connected to ``values``."""
+    weights = weights.detach().to(values.dtype)
+    weighted = (weights * values).sum()
+    total = weights.sum()
+    if group is not None:
+        sums = torch.stack([weighted.detach(), total]).double()
+        dist.all_reduce(sums, op=dist.ReduceOp.SUM, group=group.group)
+        local = _ScaleGradient.apply(weighted.double(), float(group.world_size))
+        weighted = local + (sums[0] - weighted.detach().double())
+        total = sums[1]
+    normaliser = torch.where(total < eps, torch.ones_like(total), total)
+    return (weighted / normaliser).to(values.dtype)

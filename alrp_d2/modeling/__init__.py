@@ -19,7 +19,9 @@ from .deform_conv import DeformConvWithCpu, ModulatedDeformConvWithCpu
 from .foveabox import FoveaBox
 from .low_quality_matcher import MinIoULowQualityMatcher
 from .postprocessing import AlrpGeneralizedRCNN
-from .ranking_loss import HeadRankingLoss, PositiveTargets, RankingStatistics
+from .rank_sort_atss import LevelScaledRetinaNetHead, RankSortATSS
+from .rank_sort_mask_head import RankSortMaskHead
+from .ranking_loss import HeadRankingLoss, PositiveTargets, RankingStatistics, RankSortTargets
 
 __all__ = [
     "AlrpFCOS",
@@ -36,11 +38,15 @@ __all__ = [
     "FrozenStatsBatchNorm2d",
     "HeadRankingLoss",
     "LastLevelP6P7WithoutReLU",
+    "LevelScaledRetinaNetHead",
     "MinIoULowQualityMatcher",
     "MinIoULowQualityRPN",
     "ModulatedDeformConvWithCpu",
     "OctaveAnchorGenerator",
     "PositiveTargets",
+    "RankSortATSS",
+    "RankSortMaskHead",
+    "RankSortTargets",
     "RankingStatistics",
     "XavierUniformFCHead",
     "build_alrp_resnet_fpn_backbone",

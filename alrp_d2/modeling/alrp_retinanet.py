@@ -36,6 +36,7 @@ class AlrpRetinaNet(DenseRankingDetector, KeepEmptyDetections, OfficialOrderInfe
     """
 
     ranking_loss_name = "retinanet"
+    rank_sort_supported = True
 
     @configurable
     def __init__(

@@ -1,5 +1,6 @@
 """The box head of aLRP Faster R-CNN: sigmoid classifiers trained with aLRP Loss over all
-proposals, without sampling (paper Sec. 5.4, App. G.4)."""
+proposals, without sampling (paper Sec. 5.4, App. G.4); with Rank & Sort Loss, the box and mask
+heads of RS R-CNN and RS Mask R-CNN (Oksuz et al., ICCV 2021)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,15 @@ import torch
 from detectron2.config import CfgNode, configurable
 from detectron2.layers import ShapeSpec, cat
 from detectron2.modeling import ROI_HEADS_REGISTRY, StandardROIHeads
-from detectron2.modeling.roi_heads import FastRCNNOutputLayers
+from detectron2.modeling.roi_heads import FastRCNNOutputLayers, select_foreground_proposals
 from detectron2.structures import Instances
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from .ranking_loss import HeadRankingLoss, PositiveTargets
+from ..config import require_config
+from ..losses.localisation_error import paired_iou_giou
+from .rank_sort_mask_head import RANK_SORT_MASK_HEAD, RankSortMaskHead
+from .ranking_loss import HeadRankingLoss, PositiveTargets, RankSortTargets, Targets
 
 __all__ = ["AlrpFastRCNNOutputLayers", "AlrpROIHeads"]
 
@@ -28,6 +32,13 @@ class AlrpFastRCNNOutputLayers(FastRCNNOutputLayers):
     the batch, the positives being (proposal, its GT class); E_loc is computed on the boxes
     decoded from the GT class's deltas. Losses: ``loss_box_cls`` and ``loss_box_loc``
     (:class:`HeadRankingLoss` named "box"). Inference scores are the sigmoid scores.
+
+    With MODEL.ALRP.CLS_LOSS "rank_sort" it is the box head of RS R-CNN (the official
+    ``RankBasedShared2FCBBoxHead``): RS Loss ranks all (proposal, class) pairs with the IoUs of the
+    positives' decoded boxes as targets, and the GIoU loss of every positive is weighted by the
+    proposal's detached best class score and balanced by the loss values of the step (see
+    :class:`HeadRankingLoss`). Every proposal then holds that score as ``box_weight``, which weights
+    its mask loss in RS Mask R-CNN (:class:`RankSortMaskHead`).
     """
 
     @configurable
@@ -53,11 +64,21 @@ class AlrpFastRCNNOutputLayers(FastRCNNOutputLayers):
             )
         alrp = cfg.MODEL.ALRP
         ret = super().from_config(cfg, input_shape)
-        ret["ranking_loss"] = HeadRankingLoss.from_config(cfg, "box", delta=alrp.DELTA, tau=alrp.TAU)
+        rank_sort_mask = cfg.MODEL.MASK_ON and cfg.MODEL.ROI_MASK_HEAD.NAME == RANK_SORT_MASK_HEAD
+        require_config(
+            not rank_sort_mask or alrp.CLS_LOSS == "rank_sort",
+            "MODEL.ALRP.CLS_LOSS",
+            alrp.CLS_LOSS,
+            f"must be 'rank_sort' with MODEL.ROI_MASK_HEAD.NAME {RANK_SORT_MASK_HEAD!r}, whose loss is balanced by "
+            "the box head's Rank & Sort Loss",
+        )
+        ret["ranking_loss"] = HeadRankingLoss.from_config(
+            cfg, "box", delta=alrp.DELTA, tau=alrp.TAU, balanced_tasks=("mask",) if rank_sort_mask else ()
+        )
         return ret
 
     def losses(self, predictions: Predictions, proposals: List[Instances]) -> Dict[str, Tensor]:
-        """aLRP Loss of all proposals x classes of the batch (``gt_classes``: class in [0, K)
+        """The ranking loss of all proposals x classes of the batch (``gt_classes``: class in [0, K)
         for positives, K for background, as labelled by :class:`AlrpROIHeads`). A batch without
         proposals gives zero losses."""
         scores, proposal_deltas = predictions
@@ -65,13 +86,30 @@ class AlrpFastRCNNOutputLayers(FastRCNNOutputLayers):
         proposal_boxes = cat([p.proposal_boxes.tensor for p in proposals], dim=0)
         # Images without GT have no gt_boxes; their proposals are all negatives.
         gt_boxes = cat([(p.gt_boxes if p.has("gt_boxes") else p.proposal_boxes).tensor for p in proposals], dim=0)
+        class_deltas = proposal_deltas.reshape(len(gt_classes), self.num_classes, proposal_boxes.shape[1])
 
-        targets = PositiveTargets.of_labels(gt_classes, self.num_classes)
-        box_dim = proposal_boxes.shape[1]
-        deltas = proposal_deltas.reshape(len(gt_classes), self.num_classes, box_dim)[targets.row, targets.label]
-        pred_boxes = self.box2box_transform.apply_deltas(deltas, proposal_boxes[targets.row])
-        loc_errors = self.ranking_loss.loc_errors(pred_boxes, gt_boxes[targets.row])
+        targets: Targets
+        if self.ranking_loss.value_balanced:
+            targets = RankSortTargets.of_labels(
+                gt_classes, self.num_classes, self._overlaps(class_deltas, gt_classes, proposal_boxes, gt_boxes)
+            )
+            weights = scores.detach().sigmoid().amax(dim=1).split([len(proposal) for proposal in proposals])
+            for proposal, weight in zip(proposals, weights):
+                proposal.box_weight = weight
+        else:
+            targets = PositiveTargets.of_labels(gt_classes, self.num_classes)
+        box = targets.box
+        pred_boxes = self.box2box_transform.apply_deltas(class_deltas[box.row, box.label], proposal_boxes[box.row])
+        loc_errors = self.ranking_loss.loc_errors(pred_boxes, gt_boxes[box.row])
         return self.ranking_loss(scores, targets, loc_errors)
+
+    @torch.no_grad()
+    def _overlaps(self, class_deltas: Tensor, gt_classes: Tensor, proposal_boxes: Tensor, gt_boxes: Tensor) -> Tensor:
+        """(R,) the IoU of every proposal's box decoded from its GT class's deltas with its matched box
+        (any class for background proposals): Rank & Sort Loss's targets."""
+        rows = torch.arange(len(gt_classes), device=gt_classes.device)
+        deltas = class_deltas[rows, gt_classes.clamp(0, self.num_classes - 1)]
+        return paired_iou_giou(self.box2box_transform.apply_deltas(deltas, proposal_boxes), gt_boxes)[0]
 
     def predict_probs(self, predictions: Predictions, proposals: List[Instances]) -> Tuple[Tensor, ...]:
         """Sigmoid scores (App. G.4) with a zero background column, which detectron2's
@@ -87,6 +125,12 @@ class AlrpROIHeads(StandardROIHeads):
     every proposal of the batch (and the GT boxes with MODEL.ROI_HEADS.PROPOSAL_APPEND_GT)
     trains the box head (App. G.4); MODEL.ROI_HEADS.BATCH_SIZE_PER_IMAGE and
     POSITIVE_FRACTION are unused.
+
+    With MODEL.MASK_ON and MODEL.ROI_MASK_HEAD.NAME "RankSortMaskHead" (RS Mask R-CNN, the official
+    ``RankBasedStandardRoIHead``), at most MODEL.ALRP.MASK_MAX_POSITIVES foreground proposals of the
+    batch, a random subset when there are more, train the mask head, and its loss is balanced as the
+    box loss: ``loss_mask = (L_rank + L_sort) / L_mask * L_mask`` with the box head's values
+    (:meth:`HeadRankingLoss.balance_task`).
     """
 
     @classmethod
@@ -94,6 +138,18 @@ class AlrpROIHeads(StandardROIHeads):
         ret = super()._init_box_head(cfg, input_shape)
         ret["box_predictor"] = AlrpFastRCNNOutputLayers(cfg, ret["box_head"].output_shape)
         return ret
+
+    def _forward_mask(self, features: Dict[str, Tensor], instances: List[Instances]):
+        """detectron2's mask branch; in training with a :class:`RankSortMaskHead`, on at most
+        ``max_positives`` foreground proposals, with the loss balanced by the box head's RS Loss."""
+        mask_head = getattr(self, "mask_head", None)
+        if not (self.training and isinstance(mask_head, RankSortMaskHead)):
+            return super()._forward_mask(features, instances)
+        # detectron2's _forward_mask selects the foreground again, which keeps these instances.
+        foreground, _ = select_foreground_proposals(instances, self.num_classes)
+        losses = super()._forward_mask(features, mask_head.subsample(foreground))
+        box_loss = self.box_predictor.ranking_loss
+        return {"loss_mask": box_loss.balance_task("mask", losses["loss_mask"])}
 
     def _sample_proposals(
         self, matched_idxs: Tensor, matched_labels: Tensor, gt_classes: Tensor

@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 from typing import Dict, List
 
-import torch
 from detectron2.config import CfgNode, configurable
 from detectron2.layers import ShapeSpec
 from detectron2.modeling import PROPOSAL_GENERATOR_REGISTRY
@@ -15,9 +14,9 @@ from detectron2.structures import Boxes
 from torch import Tensor, nn
 
 from ..config import validate_alrp_config
-from .dense_head import DensePositives, dense_ranking_loss
+from .dense_head import DensePositives, dense_ranking_loss, dense_targets
 from .low_quality_matcher import MinIoULowQualityMatcher
-from .ranking_loss import HeadRankingLoss, PositiveTargets
+from .ranking_loss import HeadRankingLoss
 
 __all__ = ["AlrpRPN", "MinIoULowQualityRPN"]
 
@@ -52,7 +51,10 @@ class AlrpRPN(MinIoULowQualityRPN):
     no sampling (App. G.4). E_loc is computed on the decoded boxes of the positives with
     tau = MODEL.ALRP.RPN_TAU, the RPN's positive threshold; both components are weighted by
     MODEL.ALRP.RPN_WEIGHT (Sec. 5.4). Anchors are labelled as :class:`MinIoULowQualityRPN`'s. Losses:
-    ``loss_rpn_cls`` and ``loss_rpn_loc`` (:class:`HeadRankingLoss` named "rpn").
+    ``loss_rpn_cls`` and ``loss_rpn_loc`` (:class:`HeadRankingLoss` named "rpn"). With MODEL.ALRP.CLS_LOSS
+    "rank_sort" it is RS R-CNN's RPN (the official ``RankBasedRPNHead``): Rank & Sort Loss with the IoUs of the
+    positives' decoded boxes as targets and their GIoU loss weighted by their objectness and balanced by the
+    loss values of the step.
     """
 
     @configurable
@@ -86,10 +88,10 @@ class AlrpRPN(MinIoULowQualityRPN):
         pred_anchor_deltas: List[Tensor],
         gt_boxes: List[Tensor],
     ) -> Dict[str, Tensor]:
-        """aLRP Loss of the batch over the anchors labelled 1 (positive) or 0 (negative)."""
-        targets = PositiveTargets.of_objectness(torch.stack(gt_labels))
-        positives = DensePositives.gather(targets, anchors, pred_anchor_deltas, gt_boxes)
-        loc_errors = positives.loc_errors(self.ranking_loss, self.box2box_transform)
-        return dense_ranking_loss(
-            self.ranking_loss, positives, loc_errors, pred_objectness_logits, "rpn/num_pos_anchors"
+        """The ranking loss of the batch over the anchors labelled 1 (positive) or 0 (negative)."""
+        targets = dense_targets(
+            self.ranking_loss, gt_labels, None, self.box2box_transform, anchors, pred_anchor_deltas, gt_boxes
         )
+        positives = DensePositives.gather(targets.box, anchors, pred_anchor_deltas, gt_boxes)
+        loc_errors = positives.loc_errors(self.ranking_loss, self.box2box_transform)
+        return dense_ranking_loss(self.ranking_loss, targets, loc_errors, pred_objectness_logits, "rpn/num_pos_anchors")

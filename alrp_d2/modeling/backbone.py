@@ -136,12 +136,17 @@ def build_alrp_retinanet_resnet_fpn_backbone(cfg: CfgNode, input_shape: ShapeSpe
 
 
 @BACKBONE_REGISTRY.register()
-def build_fcos_resnet_fpn_backbone(cfg: CfgNode, input_shape: ShapeSpec) -> FPN:
+def build_fcos_resnet_fpn_backbone(cfg: CfgNode, input_shape: ShapeSpec) -> Backbone:
     """ResNet-FPN P3-P7 with P6 and P7 computed from P5, as detectron2's FCOS config (Sec. 2.2 of
-    Tian et al., TPAMI 2022); RetinaNet's ``build_retinanet_resnet_fpn_backbone`` uses C5. The FPN keys of
-    :func:`configure_fpn` apply."""
+    Tian et al., TPAMI 2022) and mmdetection's ``add_extra_convs="on_output"`` (RS-ATSS);
+    RetinaNet's ``build_retinanet_resnet_fpn_backbone`` uses C5. MODEL.RESNETS.NORM "FrozenStatsBN" and the FPN
+    keys of :func:`configure_fpn` available."""
+    return build_with_frozen_stats_bn(cfg, input_shape, _p6p7_from_p5_resnet_fpn)
+
+
+def _p6p7_from_p5_resnet_fpn(cfg: CfgNode, input_shape: ShapeSpec) -> FPN:
     out_channels = cfg.MODEL.FPN.OUT_CHANNELS
-    backbone = FPN(
+    return FPN(
         bottom_up=build_resnet_backbone(cfg, input_shape),
         in_features=cfg.MODEL.FPN.IN_FEATURES,
         out_channels=out_channels,
@@ -149,4 +154,3 @@ def build_fcos_resnet_fpn_backbone(cfg: CfgNode, input_shape: ShapeSpec) -> FPN:
         top_block=LastLevelP6P7(out_channels, out_channels, in_feature="p5"),
         fuse_type=cfg.MODEL.FPN.FUSE_TYPE,
     )
-    return configure_fpn(backbone, cfg)

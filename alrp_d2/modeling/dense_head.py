@@ -4,7 +4,7 @@ class) pairs of the batch (:class:`DenseRankingDetector`)."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, NamedTuple, Protocol, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Protocol, Tuple
 
 import torch
 from detectron2.config import CfgNode, configurable
@@ -15,8 +15,10 @@ from detectron2.utils.events import get_event_storage
 from fvcore.nn import smooth_l1_loss
 from torch import Tensor
 
+from ..config import require_config
+from ..losses.localisation_error import paired_iou_giou
 from .padding import pad_per_image
-from .ranking_loss import HeadRankingLoss, PositiveTargets
+from .ranking_loss import HeadRankingLoss, PositiveTargets, RankSortTargets, Targets
 
 __all__ = [
     "BatchMatcher",
@@ -24,7 +26,9 @@ __all__ = [
     "DenseRankingDetector",
     "dense_head_inputs",
     "dense_ranking_loss",
+    "dense_targets",
     "label_anchors_batched",
+    "predicted_overlaps",
 ]
 
 
@@ -104,20 +108,57 @@ class DensePositives(NamedTuple):
         return smooth_l1_loss(self.pred_deltas, target_deltas, beta).mean(dim=1)
 
 
+@torch.no_grad()
+def predicted_overlaps(
+    box2box_transform: Any, anchors: List[Boxes], pred_deltas: List[Tensor], gt_boxes: List[Tensor]
+) -> Tensor:
+    """(N * R,) the IoU of every (image, anchor) row's predicted box with its matched box, detached:
+    Rank & Sort Loss's targets (meaningful for the positive rows). ``anchors``: per level (the same
+    for every image); ``pred_deltas``: per level (N, R_level, 4); ``gt_boxes``: per image (R, 4)."""
+    deltas = cat(pred_deltas, dim=1)
+    all_anchors = Boxes.cat(anchors).tensor.repeat(len(deltas), 1)
+    pred_boxes = box2box_transform.apply_deltas(deltas.reshape(-1, 4), all_anchors)
+    return paired_iou_giou(pred_boxes, torch.stack(gt_boxes).reshape(-1, 4))[0]
+
+
+def dense_targets(
+    ranking_loss: HeadRankingLoss,
+    gt_labels: List[Tensor],
+    num_classes: Optional[int],
+    box2box_transform: Any,
+    anchors: List[Boxes],
+    pred_deltas: List[Tensor],
+    gt_boxes: List[Tensor],
+) -> Targets:
+    """The ranking targets of a dense head from its per-image (R,) anchor labels (classes, or the
+    RPN's 1 / 0 / -1 with ``num_classes`` None): :class:`PositiveTargets`, or with Rank & Sort Loss
+    :class:`RankSortTargets` from the IoUs of the predicted boxes (:func:`predicted_overlaps`)."""
+    labels = torch.stack(gt_labels)
+    if not ranking_loss.value_balanced:
+        if num_classes is None:
+            return PositiveTargets.of_objectness(labels)
+        return PositiveTargets.of_labels(labels, num_classes)
+    overlaps = predicted_overlaps(box2box_transform, anchors, pred_deltas, gt_boxes)
+    if num_classes is None:
+        return RankSortTargets.of_objectness(labels, overlaps)
+    return RankSortTargets.of_labels(labels, num_classes, overlaps)
+
+
 def dense_ranking_loss(
     ranking_loss: HeadRankingLoss,
-    positives: DensePositives,
+    targets: Targets,
     loc_errors: Tensor,
     pred_logits: List[Tensor],
     num_positives_key: str = "num_pos_anchors",
 ) -> Dict[str, Tensor]:
     """The ranking loss of a dense head over all (anchor, class) pairs of the batch, from its
-    per-level (N, R_level, K) logits, or (N, R_level) for the RPN's objectness; the number of
-    positives per image is logged under ``num_positives_key``."""
+    per-level (N, R_level, K) logits, or (N, R_level) for the RPN's objectness, and the
+    localisation errors of ``targets.box``; the number of positives per image is logged under
+    ``num_positives_key``."""
     num_images = len(pred_logits[0])
-    get_event_storage().put_scalar(num_positives_key, len(positives.targets.row) / num_images)
-    logits = cat(pred_logits, dim=1).reshape(len(positives.targets.valid), -1)
-    return ranking_loss(logits, positives.targets, loc_errors)
+    get_event_storage().put_scalar(num_positives_key, len(targets.box.row) / num_images)
+    logits = cat(pred_logits, dim=1).reshape(len(targets.box.valid), -1)
+    return ranking_loss(logits, targets, loc_errors)
 
 
 class DenseRankingDetector:
@@ -126,9 +167,11 @@ class DenseRankingDetector:
     ``ranking_loss_name``: its constructor argument ``ranking_loss`` (from MODEL.ALRP) and its
     ``losses``. Mixed in before detectron2's class: ``class AlrpRetinaNet(DenseRankingDetector,
     RetinaNet)``. A subclass changes the positives' localisation errors by overriding
-    :meth:`positive_loc_errors`."""
+    :meth:`positive_loc_errors`, and allows Rank & Sort Loss (MODEL.ALRP.CLS_LOSS "rank_sort") with
+    ``rank_sort_supported``."""
 
     ranking_loss_name = ""
+    rank_sort_supported = False
     ranking_loss: HeadRankingLoss
     box2box_transform: Any
     num_classes: int
@@ -147,6 +190,12 @@ class DenseRankingDetector:
     def from_config(cls, cfg: CfgNode) -> Dict[str, Any]:
         ret = super().from_config(cfg)  # type: ignore[misc]
         alrp = cfg.MODEL.ALRP
+        require_config(
+            alrp.CLS_LOSS != "rank_sort" or cls.rank_sort_supported,
+            "MODEL.ALRP.CLS_LOSS",
+            alrp.CLS_LOSS,
+            f"{cls.__name__} does not support Rank & Sort Loss (AlrpRetinaNet, RankSortATSS and aLRP Faster R-CNN do)",
+        )
         ret["ranking_loss"] = HeadRankingLoss.from_config(cfg, cls.ranking_loss_name, delta=alrp.DELTA, tau=alrp.TAU)
         return ret
 
@@ -163,11 +212,19 @@ class DenseRankingDetector:
         pred_anchor_deltas: List[Tensor],
         gt_boxes: List[Tensor],
     ) -> Tuple[Dict[str, Tensor], DensePositives]:
-        """:meth:`losses` and the positives they were computed on; arguments as
+        """:meth:`losses` and the positives of the localisation loss they were computed on; arguments as
         :meth:`detectron2.modeling.RetinaNet.losses`."""
-        targets = PositiveTargets.of_labels(torch.stack(gt_labels), self.num_classes)
-        positives = DensePositives.gather(targets, anchors, pred_anchor_deltas, gt_boxes)
-        losses = dense_ranking_loss(self.ranking_loss, positives, self.positive_loc_errors(positives), pred_logits)
+        targets = dense_targets(
+            self.ranking_loss,
+            gt_labels,
+            self.num_classes,
+            self.box2box_transform,
+            anchors,
+            pred_anchor_deltas,
+            gt_boxes,
+        )
+        positives = DensePositives.gather(targets.box, anchors, pred_anchor_deltas, gt_boxes)
+        losses = dense_ranking_loss(self.ranking_loss, targets, self.positive_loc_errors(positives), pred_logits)
         return losses, positives
 
     def positive_loc_errors(self, positives: DensePositives) -> Tensor:

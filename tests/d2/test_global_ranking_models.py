@@ -4,6 +4,7 @@ process on the whole batch (batch-independent normalisation: FrozenBN or GN)."""
 
 from __future__ import annotations
 
+import functools
 import os
 from types import SimpleNamespace
 from typing import Dict, List
@@ -17,7 +18,7 @@ from torch.nn.parallel import DistributedDataParallel
 from alrp_d2.engine.self_balance import SelfBalanceHook
 
 from ..test_global_ranking import spawn_workers
-from .tiny_configs import instances, tiny_faster_rcnn_cfg, tiny_retinanet_cfg
+from .tiny_configs import instances, tiny_faster_rcnn_cfg, tiny_rank_sort_cfg, tiny_retinanet_cfg, with_masks
 
 # Relative to the largest gradient entry of each parameter (float32 model; the reductions of
 # the two workers and of DDP run in another order than one process's). Measured: <= 3e-6.
@@ -28,6 +29,13 @@ CASES = {
     # positives, 1 + 3 images. Faster R-CNN: worker 1's single image has no object.
     "retinanet_frozenbn": dict(build=tiny_retinanet_cfg, norm="FrozenBN", split=1),
     "faster_rcnn_gn": dict(build=tiny_faster_rcnn_cfg, norm="GN", split=3),
+    # Rank & Sort Loss: the RPN, box and mask heads of RS Mask R-CNN, and RS-ATSS.
+    "rs_mask_rcnn_gn": dict(
+        build=functools.partial(tiny_rank_sort_cfg, "rs_mask_rcnn_R50_FPN_1x.yaml"), norm="GN", split=3
+    ),
+    "rs_atss_frozenbn": dict(
+        build=functools.partial(tiny_rank_sort_cfg, "rs_atss_R50_FPN_1x.yaml"), norm="FrozenBN", split=1
+    ),
 }
 
 
@@ -39,15 +47,15 @@ def make_cfg(name: str):
 
 
 def make_batch(name: str) -> List[Dict]:
-    """Four 64 x 96 noise images; the last image of Faster R-CNN's case has no object."""
+    """Four 64 x 96 noise images with instance masks; the last image of the R-CNN cases has no object."""
     gen = torch.Generator().manual_seed(1)
     objects = [
         instances([[8, 6, 40, 50]], [1], (64, 96)),
         instances([], [], (64, 96)),
         instances([[30, 10, 90, 60], [2, 2, 30, 30]], [0, 2], (64, 96)),
-        instances([[50, 20, 80, 60]], [2], (64, 96)) if name == "retinanet_frozenbn" else instances([], [], (64, 96)),
+        instances([[50, 20, 80, 60]], [2], (64, 96)) if "rcnn" not in name else instances([], [], (64, 96)),
     ]
-    return [{"image": torch.rand(3, 64, 96, generator=gen) * 255, "instances": inst} for inst in objects]
+    return with_masks([{"image": torch.rand(3, 64, 96, generator=gen) * 255, "instances": inst} for inst in objects])
 
 
 def training_step(model, batch: List[Dict]) -> Dict:

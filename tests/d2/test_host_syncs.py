@@ -9,7 +9,15 @@ from detectron2.modeling import build_model
 from detectron2.utils.events import EventStorage
 
 from ..host_syncs import HostSyncCounter
-from .tiny_configs import load_config, make_tiny, tiny_batch, tiny_faster_rcnn_cfg, tiny_retinanet_cfg
+from .tiny_configs import (
+    load_config,
+    make_tiny,
+    tiny_batch,
+    tiny_faster_rcnn_cfg,
+    tiny_rank_sort_cfg,
+    tiny_retinanet_cfg,
+    with_masks,
+)
 
 SYNCS_PER_RANKING_HEAD = 2
 
@@ -45,6 +53,9 @@ DETECTORS = {
     "foveabox_focal": (lambda: dense_cfg("foveabox_focal_R50_500.yaml", "FOVEABOX"), 0),
     "fcos_alrp_centerness": (lambda: fcos_cfg("bce"), 1),
     "fcos_alrp": (lambda: fcos_cfg("none"), 1),
+    "rs_faster_rcnn": (lambda: tiny_rank_sort_cfg("rs_faster_rcnn_R50_FPN_1x.yaml"), 2),
+    "rs_mask_rcnn": (lambda: tiny_rank_sort_cfg("rs_mask_rcnn_R50_FPN_1x.yaml"), 2),
+    "rs_atss": (lambda: tiny_rank_sort_cfg("rs_atss_R50_FPN_1x.yaml"), 1),
 }
 
 
@@ -52,9 +63,9 @@ def count_training_step(cfg) -> HostSyncCounter:
     torch.manual_seed(0)
     model = build_model(cfg).train()
     with EventStorage():
-        model(tiny_batch())  # first call: lazily built state (anchors' caches) is not a step's cost
+        model(with_masks(tiny_batch()))  # first call: lazily built state (anchors' caches) is not a step's cost
         with HostSyncCounter() as syncs:
-            losses = model(tiny_batch())
+            losses = model(with_masks(tiny_batch()))
             sum(losses.values()).backward()
     return syncs
 

@@ -1,6 +1,7 @@
 """Exact resume: a train_net.py run killed (SIGKILL) after a checkpoint and resumed with --resume
 logs the same losses and self-balance weights at every iteration as an uninterrupted run, for one
-process and for two gloo workers (--num-gpus 2), with one intra-op thread (bit for bit)."""
+process and for two gloo workers (--num-gpus 2), with one intra-op thread (bit for bit); likewise
+RS Mask R-CNN (Rank & Sort Loss's weights of every step, the mask head's random resampling)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from detectron2.data.samplers import TrainingSampler
 from alrp_d2.data.samplers import ResumableBatchSampler
 from alrp_d2.data.shapes import prepare_shapes_dataset, shapes_paths
 
-from .tiny_configs import tiny_retinanet_cfg
+from .tiny_configs import tiny_rank_sort_cfg, tiny_retinanet_cfg
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MAX_ITER, CHECKPOINT_PERIOD = 12, 4
@@ -36,11 +37,15 @@ def dataset(tmp_path_factory) -> List[str]:
     return ["resume_train", *shapes_paths(root, "train")]
 
 
-def write_config(path: Path) -> str:
+def write_config(path: Path, model: str) -> str:
     """The quickstart config at tiny scale: 16-channel FPN, 2 images per iteration, SB period 2,
-    a worker process for the data, random flips, metrics.json written at every iteration."""
-    cfg = tiny_retinanet_cfg("quickstart/alrp_retinanet_shapes.yaml")
-    cfg.MODEL.RETINANET.NUM_CLASSES = 5
+    a worker process for the data, random flips, metrics.json written at every iteration. RS Mask
+    R-CNN trains its mask head on at most 3 positives per iteration (a random subset)."""
+    if model == "retinanet":
+        cfg = tiny_retinanet_cfg("quickstart/alrp_retinanet_shapes.yaml")
+    else:
+        cfg = tiny_rank_sort_cfg("quickstart/rs_mask_rcnn_shapes.yaml", MASK_MAX_POSITIVES=3)
+    cfg.MODEL.RETINANET.NUM_CLASSES = cfg.MODEL.ROI_HEADS.NUM_CLASSES = 5
     cfg.MODEL.RETINANET.NORM = ""
     cfg.DATASETS.TRAIN, cfg.DATASETS.TEST = ("resume_train",), ()
     cfg.DATALOADER.NUM_WORKERS = 1
@@ -102,9 +107,14 @@ def logged(output_dir: Path) -> Dict[int, Dict[str, float]]:
     return records
 
 
+# The step's value of the localisation weight that varies along the run: self-balanced, or RS Loss's.
+VARYING_WEIGHT = {"retinanet": "sb/retinanet/weight", "rs_mask_rcnn": "sb/box/mask_weight"}
+
+
+@pytest.mark.parametrize("model", ["retinanet", "rs_mask_rcnn"])
 @pytest.mark.parametrize("num_gpus", [1, 2])
-def test_killed_and_resumed_run_logs_the_uninterrupted_run(num_gpus, dataset, tmp_path):
-    config = write_config(tmp_path / "config.yaml")
+def test_killed_and_resumed_run_logs_the_uninterrupted_run(model, num_gpus, dataset, tmp_path):
+    config = write_config(tmp_path / "config.yaml", model)
     uninterrupted, resumed = tmp_path / "uninterrupted", tmp_path / "resumed"
     run(train_command(config, dataset, uninterrupted, num_gpus, resume=False))
     run_and_kill_after_first_checkpoint(train_command(config, dataset, resumed, num_gpus, resume=False), resumed)
@@ -116,8 +126,8 @@ def test_killed_and_resumed_run_logs_the_uninterrupted_run(num_gpus, dataset, tm
     # loses that one record (the resumed run starts at the next iteration).
     assert set(expected) - set(got) <= {CHECKPOINT_PERIOD - 1}
     assert min(got) == 0 and max(got) == MAX_ITER - 1
-    weights = {record["sb/retinanet/weight"] for record in expected.values()}
-    assert len(weights) > 2  # the self-balance weight changed several times
+    weights = {record[VARYING_WEIGHT[model]] for record in expected.values()}
+    assert len(weights) > 2  # the localisation weight changed several times
     for iteration in sorted(got):
         assert got[iteration] == expected[iteration], f"iteration {iteration}"
 

@@ -1,5 +1,6 @@
 """The trainer end to end on a small synthetic dataset: self-balance through checkpoints and
-distributed workers, --eval-only, DefaultPredictor. Tiny models, a few iterations, CPU."""
+distributed workers, --eval-only, DefaultPredictor; the Rank & Sort detectors from their configs.
+Tiny models, a few iterations, CPU."""
 
 import itertools
 import json
@@ -19,11 +20,17 @@ from alrp_d2.config import setup_cfg
 from alrp_d2.data.shapes import prepare_shapes_dataset, shapes_paths
 from alrp_d2.engine import AlrpTrainer, SelfBalanceHook, find_ranking_losses, self_balance_period
 
-from .tiny_configs import tiny_faster_rcnn_cfg, tiny_retinanet_cfg
+from .tiny_configs import tiny_faster_rcnn_cfg, tiny_rank_sort_cfg, tiny_retinanet_cfg
 
 SMALL = {"train": 16, "val": 8}
 TRAIN, VAL = "test_shapes_train", "test_shapes_val"
 SB_NAMES = {"retinanet": ["retinanet"], "faster_rcnn": ["box", "rpn"]}
+# The Rank & Sort detectors: their config and the heads of their ranking losses.
+RANK_SORT = {
+    "rs_faster_rcnn": ("rs_faster_rcnn_R50_FPN_1x.yaml", ["box", "rpn"]),
+    "rs_mask_rcnn": ("quickstart/rs_mask_rcnn_shapes.yaml", ["box", "rpn"]),
+    "rs_atss": ("rs_atss_R50_FPN_1x.yaml", ["atss"]),
+}
 
 
 def register_small_shapes(root: str) -> None:
@@ -43,8 +50,14 @@ def shapes_root(tmp_path_factory):
 def training_cfg(kind: str, output_dir: str):
     if kind == "retinanet":
         cfg = tiny_retinanet_cfg("quickstart/alrp_retinanet_shapes.yaml")
-    else:
+    elif kind == "faster_rcnn":
         cfg = tiny_faster_rcnn_cfg("quickstart/alrp_faster_rcnn_shapes.yaml")
+    else:
+        cfg = tiny_rank_sort_cfg(RANK_SORT[kind][0])
+        cfg.INPUT.MIN_SIZE_TRAIN, cfg.INPUT.MAX_SIZE_TRAIN = (128,), 128
+        cfg.INPUT.MIN_SIZE_TEST, cfg.INPUT.MAX_SIZE_TEST = 128, 128
+        cfg.INPUT.MASK_FORMAT = "bitmask"  # the shapes dataset's RLE masks
+        cfg.MODEL.RETINANET.SCORE_THRESH_TEST = 0.0  # a random RS-ATSS scores about the prior, 0.01
     cfg.MODEL.RETINANET.NUM_CLASSES = cfg.MODEL.ROI_HEADS.NUM_CLASSES = 5
     cfg.MODEL.RETINANET.NORM = cfg.MODEL.FPN.NORM = ""  # GroupNorm(32) needs more than 16 channels
     cfg.DATASETS.TRAIN, cfg.DATASETS.TEST = (TRAIN,), (VAL,)
@@ -154,7 +167,29 @@ def test_two_gloo_workers_agree_on_the_self_balance_weight(shapes_root, tmp_path
     assert states[0]["weights"]["retinanet"] != 50.0
 
 
-@pytest.mark.parametrize("kind", ["retinanet", "faster_rcnn"])
+@pytest.mark.parametrize("kind", list(RANK_SORT))
+def test_rank_sort_detectors_train_and_log_their_components(kind, shapes_root, tmp_path):
+    cfg = training_cfg(kind, str(tmp_path))
+    cfg.SOLVER.MAX_ITER, cfg.SOLVER.LOG_PERIOD = 2, 1
+    cfg.DATASETS.TEST = ()
+    trainer = AlrpTrainer(cfg)
+    trainer.resume_or_load(resume=False)
+    trainer.train()
+    with open(tmp_path / "metrics.json") as f:
+        logged = [json.loads(line) for line in f]
+    assert [entry["iteration"] for entry in logged] == [0, 1]
+    heads = RANK_SORT[kind][1]
+    components = {head: ["cls", "loc", "rank", "sort", "weight"] for head in heads}
+    if kind == "rs_mask_rcnn":
+        components["box"] += ["mask", "mask_weight"]  # the box head's RS Loss balances the mask loss
+    for entry in logged:
+        assert np.isfinite(entry["total_loss"])
+        for head in heads:
+            assert all(np.isfinite(entry[f"sb/{head}/{name}"]) for name in components[head]), entry
+    assert all(not loss.self_balanced for loss in find_ranking_losses(trainer.model).values())
+
+
+@pytest.mark.parametrize("kind", ["retinanet", "faster_rcnn", *RANK_SORT])
 def test_eval_only_reports_ap_and_lrp(kind, shapes_root, tmp_path):
     cfg = training_cfg(kind, str(tmp_path))
     cfg.MODEL.WEIGHTS = str(tmp_path / "random_init.pth")  # --eval-only needs weights
@@ -162,16 +197,18 @@ def test_eval_only_reports_ap_and_lrp(kind, shapes_root, tmp_path):
     config_file = tmp_path / "config.yaml"
     config_file.write_text(cfg.dump())
     args = default_argument_parser().parse_args(["--config-file", str(config_file), "--eval-only"])
-    results = train_net.main(args)["bbox"]
-    for key in ("AP", "AP50", "AP75", "oLRP", "oLRP_loc", "oLRP_FP", "oLRP_FN", "AP90", "rho", "oLRP-circle"):
-        assert key in results
-    assert 0 <= results["oLRP"] <= 100
+    all_results = train_net.main(args)
+    assert set(all_results) == ({"bbox", "segm"} if cfg.MODEL.MASK_ON else {"bbox"})
+    for results in all_results.values():
+        for key in ("AP", "AP50", "AP75", "oLRP", "oLRP_loc", "oLRP_FP", "oLRP_FN", "AP90", "rho", "oLRP-circle"):
+            assert key in results
+        assert 0 <= results["oLRP"] <= 100
     with open(tmp_path / "inference" / "lrp_optimal_thresholds.json") as f:
         names = {entry["name"] for entry in json.load(f).values()}
     assert names == {"circle", "square", "triangle", "ring", "cross"}
 
 
-@pytest.mark.parametrize("kind", ["retinanet", "faster_rcnn"])
+@pytest.mark.parametrize("kind", ["retinanet", "faster_rcnn", *RANK_SORT])
 def test_default_predictor_returns_instances(kind, tmp_path):
     predictor = DefaultPredictor(training_cfg(kind, str(tmp_path)))
     image = np.random.default_rng(0).integers(0, 255, (96, 160, 3), dtype=np.uint8)
@@ -179,3 +216,5 @@ def test_default_predictor_returns_instances(kind, tmp_path):
     assert isinstance(result, Instances)
     assert result.image_size == (96, 160)
     assert len(result) <= 100 and torch.all((result.scores >= 0) & (result.scores <= 1))
+    if kind == "rs_mask_rcnn":
+        assert result.pred_masks.shape == (len(result), 96, 160)

@@ -5,7 +5,7 @@ from typing import Dict, List
 
 import torch
 from detectron2.config import CfgNode
-from detectron2.structures import Boxes, Instances
+from detectron2.structures import BitMasks, Boxes, Instances
 
 from alrp_d2.config import setup_cfg
 from alrp_d2.engine import find_ranking_losses
@@ -47,6 +47,32 @@ def tiny_faster_rcnn_cfg(config: str = "Base-aLRP-FasterRCNN.yaml", **alrp) -> C
     return cfg
 
 
+def tiny_rank_sort_cfg(config: str = "rs_faster_rcnn_R50_FPN_1x.yaml", **alrp) -> CfgNode:
+    """A Rank & Sort detector's config on the tiny backbone: 64-wide box head, 16-channel mask head,
+    no GroupNorm in the FPN and RS-ATSS's head (GroupNorm(32) needs more than 16 channels)."""
+    cfg = make_tiny(load_config(config))
+    cfg.MODEL.ROI_BOX_HEAD.FC_DIM = 64
+    cfg.MODEL.ROI_MASK_HEAD.CONV_DIM = 16
+    cfg.MODEL.RETINANET.NORM = cfg.MODEL.FPN.NORM = ""
+    for key, value in alrp.items():
+        setattr(cfg.MODEL.ALRP, key, value)
+    return cfg
+
+
+def with_masks(batch: List[Dict]) -> List[Dict]:
+    """``batch`` with instance masks (BitMasks): each box without its top-right triangle."""
+    for image in batch:
+        objects = image["instances"]
+        height, width = objects.image_size
+        ys, xs = torch.meshgrid(torch.arange(height), torch.arange(width), indexing="ij")
+        masks = []
+        for x1, y1, x2, y2 in objects.gt_boxes.tensor.tolist():
+            inside = (xs >= x1) & (xs < x2) & (ys >= y1) & (ys < y2)
+            masks.append(inside & ((xs - x1) / (x2 - x1) <= 1.2 * (ys - y1) / (y2 - y1) + 0.3))
+        objects.gt_masks = BitMasks(torch.stack(masks) if masks else torch.zeros(0, height, width, dtype=torch.bool))
+    return batch
+
+
 def instances(boxes, classes, size=(96, 128)) -> Instances:
     result = Instances(size)
     result.gt_boxes = Boxes(torch.tensor(boxes, dtype=torch.float32).reshape(-1, 4))
@@ -65,13 +91,15 @@ def tiny_batch(with_objects: bool = True) -> List[Dict]:
 
 
 def ranking_statistics(model) -> Dict[str, Dict[str, float]]:
-    """The unweighted ``cls`` and ``loc`` components and the gradient ``ratio`` of every head's
-    ranking loss in the last forward (what SelfBalanceHook logs as sb/<name>/cls, sb/<name>/loc
-    and <name>/grad_ratio on one worker)."""
+    """The unweighted ``cls`` and ``loc`` components, the gradient ``ratio`` and the further components
+    (Rank & Sort Loss: ``rank``, ``sort``, ``weight``, ...) of every head's ranking loss in the last
+    forward (what SelfBalanceHook logs as sb/<name>/cls, sb/<name>/loc, <name>/grad_ratio and
+    sb/<name>/<component> on one worker)."""
     result = {}
     for name, loss in find_ranking_losses(model).items():
         statistics = loss.take_statistics()
         if statistics is not None:
-            cls_value, loc_value, positive, negative = (float(value) for value in statistics)
+            cls_value, loc_value, positive, negative = (float(value) for value in statistics[:4])
             result[name] = {"cls": cls_value, "loc": loc_value, "ratio": negative / positive if positive else None}
+            result[name].update({key: float(value) for key, value in statistics.components})
     return result
