@@ -9,22 +9,28 @@ from detectron2.config import configurable
 from detectron2.modeling import META_ARCH_REGISTRY, GeneralizedRCNN
 from detectron2.modeling.meta_arch.dense_detector import DenseDetector
 from detectron2.modeling.postprocessing import detector_postprocess
-from detectron2.structures import Instances
+from detectron2.structures import Instances, ROIMasks
 from torch import Tensor
 
 __all__ = ["AlrpGeneralizedRCNN", "KeepEmptyDetections", "postprocess_detections"]
+
+MASK_THRESHOLD = 0.5  # detectron2's detector_postprocess default
 
 
 def postprocess_detections(results: Instances, height: int, width: int, keep_empty: bool) -> Instances:
     """detectron2's ``detector_postprocess`` (boxes scaled to ``height`` x ``width`` and clipped, empty ones
     dropped); with ``keep_empty`` the empty boxes stay, as in mmdetection's test (``multiclass_nms`` has no area
-    filter). Box-only detections."""
+    filter); their masks are pasted into the image as detectron2 does (empty for an empty box)."""
     if not keep_empty:
         return detector_postprocess(results, height, width)
     scale_x, scale_y = width / results.image_size[1], height / results.image_size[0]
     results = Instances((height, width), **results.get_fields())
     results.pred_boxes.scale(scale_x, scale_y)
     results.pred_boxes.clip(results.image_size)
+    if results.has("pred_masks"):
+        masks = results.pred_masks
+        roi_masks = masks if isinstance(masks, ROIMasks) else ROIMasks(masks[:, 0, :, :])
+        results.pred_masks = roi_masks.to_bitmasks(results.pred_boxes, height, width, MASK_THRESHOLD).tensor
     return results
 
 

@@ -21,6 +21,7 @@ from detectron2.layers import ModulatedDeformConv, ShapeSpec
 from detectron2.modeling import build_anchor_generator, build_backbone, build_model
 from detectron2.modeling.anchor_generator import DefaultAnchorGenerator
 from detectron2.modeling.matcher import Matcher
+from detectron2.modeling.postprocessing import detector_postprocess
 from detectron2.modeling.roi_heads import build_box_head
 from detectron2.structures import Boxes, BoxMode, Instances
 
@@ -213,6 +214,21 @@ def test_empty_detections_are_kept_on_request():
     kept = postprocess_detections(results, 80, 100, keep_empty=True)
     assert kept.pred_boxes.tensor.tolist() == [[20.0, 20.0, 40.0, 40.0], [98.0, 10.0, 98.0, 30.0]]
     assert len(postprocess_detections(results, 80, 100, keep_empty=False)) == 1
+
+
+def test_kept_empty_detections_get_pasted_masks_as_detectron2s():
+    def detections() -> Instances:  # a new one for each call: both functions scale the boxes in place
+        results = Instances((40, 50))
+        results.pred_boxes = Boxes(torch.tensor([[10.0, 10.0, 20.0, 20.0], [49.0, 5.0, 49.0, 15.0]]))
+        results.scores = torch.tensor([0.9, 0.8])
+        results.pred_masks = torch.ones(2, 1, 28, 28)
+        return results
+
+    kept = postprocess_detections(detections(), 80, 100, keep_empty=True)
+    reference = detector_postprocess(detections(), 80, 100)
+    assert kept.pred_masks.shape == (2, 80, 100) and kept.pred_masks.dtype == torch.bool
+    assert len(reference) == 1 and torch.equal(kept.pred_masks[:1], reference.pred_masks)
+    assert kept.pred_masks[0].sum() == 400 and not kept.pred_masks[1].any()
 
 
 @pytest.mark.parametrize("case", ["500_shrunk", "500_enlarged", "800_shrunk", "800_enlarged"])

@@ -17,7 +17,17 @@ from detectron2.utils.events import EventStorage
 from torch import Tensor
 
 from alrp_d2.config import setup_cfg
-from alrp_d2.modeling import HeadRankingLoss, PositiveTargets, RankSortATSS, RankSortMaskHead, RankSortTargets
+from alrp_d2.modeling import (
+    AlrpGeneralizedRCNN,
+    HeadRankingLoss,
+    LastLevelP6P7WithoutReLU,
+    OctaveAnchorGenerator,
+    PositiveTargets,
+    RankSortATSS,
+    RankSortMaskHead,
+    RankSortTargets,
+    XavierUniformFCHead,
+)
 from alrp_d2.modeling.rank_sort_atss import LevelScaledRetinaNetHead
 from alrp_d2.modeling.rank_sort_mask_head import dice_losses
 
@@ -288,6 +298,42 @@ def test_rs_atss_has_the_atss_head():
         losses = model(tiny_batch())
     sum(losses.values()).backward()
     assert model.head.scales.grad.abs().sum() > 0
+
+
+def official_cell_anchor_widths(stride: int, octave_base_scale: float, scales_per_octave: int, ratios) -> Tensor:
+    """mmdetection's ``AnchorGenerator.gen_single_level_base_anchors`` widths in float32 (centre offset 0)."""
+    scales = octave_base_scale * 2 ** (torch.arange(scales_per_octave, dtype=torch.float32) / scales_per_octave)
+    w_ratios = 1 / torch.sqrt(torch.tensor(ratios, dtype=torch.float32))
+    return (stride * w_ratios[:, None] * scales[None, :]).reshape(-1)
+
+
+@pytest.mark.parametrize(
+    "config", ["rs_faster_rcnn_R50_FPN_1x.yaml", "rs_mask_rcnn_R50_FPN_1x.yaml", "rs_atss_R50_FPN_1x.yaml"]
+)
+def test_rank_sort_configs_build_the_official_network(config):
+    """mmdetection 2.8's network where detectron2 differs (as the official aLRP configs): float32 octave anchors,
+    xavier_uniform FPN, empty detections kept, the mmcv test resize, mmdetection's training filter; R-CNN: the
+    RPN's MaxIoUAssigner ground truth, proposals of any size, the xavier_uniform box head; RS-ATSS: P7 without ReLU."""
+    cfg = setup_cfg(f"{CONFIG_DIR}/{config}", ["MODEL.WEIGHTS", "", "MODEL.DEVICE", "cpu"])
+    model = build_model(cfg)
+    assert model.keep_empty_detections
+    assert cfg.INPUT.TEST_RESIZE == "mmcv" and cfg.DATALOADER.TRAIN_FILTER == "mmdet"
+    fpn_convs = [
+        m for n, m in model.backbone.named_modules() if isinstance(m, torch.nn.Conv2d) and "bottom_up" not in n
+    ]
+    assert fpn_convs and all(float(conv.bias.abs().max()) == 0 for conv in fpn_convs)
+    if config == "rs_atss_R50_FPN_1x.yaml":
+        assert isinstance(model.backbone.top_block, LastLevelP6P7WithoutReLU)
+        generator, expected = model.anchor_generator, (4.0, 3, [1.0])
+    else:
+        assert isinstance(model, AlrpGeneralizedRCNN) and isinstance(model.roi_heads.box_head, XavierUniformFCHead)
+        rpn = model.proposal_generator
+        assert rpn.anchor_matcher.low_quality_gt == "best_anchor" and rpn.min_box_size == -1
+        generator, expected = rpn.anchor_generator, (8.0, 1, [0.5, 1.0, 2.0])
+    assert isinstance(generator, OctaveAnchorGenerator)
+    for stride, cell in zip(generator.strides, generator.cell_anchors):
+        widths = cell[:, 2] - cell[:, 0]
+        torch.testing.assert_close(widths, official_cell_anchor_widths(stride, *expected), rtol=0, atol=1e-4)
 
 
 # ---------------------------------------------------------------------------------------------------------------
