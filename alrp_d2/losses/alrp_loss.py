@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import NamedTuple, Optional, Tuple
 
-import torch
 from torch import Tensor
 
 from .error_driven import (
@@ -16,6 +15,7 @@ from .error_driven import (
 )
 from .global_ranking import RankingGroup
 from .ranking_inputs import RankingInputs
+from .relation_sums import PositiveRanking
 
 __all__ = ["AlrpLossTerms", "alrp_loss", "alrp_loss_indexed", "alrp_loss_terms"]
 
@@ -78,11 +78,11 @@ def alrp_loss_indexed(
 def _alrp_loss(inputs: RankingInputs, loc_errors: Tensor, delta: float, eps: float) -> AlrpLossTerms:
     logits = inputs.logits
     dtype = output_dtype(logits)
-    if inputs.num_positives == 0:
-        zero = zero_connected(logits, dtype)
+
+    def without_positives(zero: Tensor) -> AlrpLossTerms:
         return AlrpLossTerms(zero, zero_connected(loc_errors, dtype), zero.detach(), zero.detach())
-    with torch.autocast(device_type=logits.device.type, enabled=False):
-        ranking = inputs.rank(delta, loc_errors)
+
+    def from_ranking(ranking: PositiveRanking) -> AlrpLossTerms:
         sorted_errors = ranking.sorted_positive_values(loc_errors).double()
         errors = sorted_errors.detach()
         num_false_positives, rank = ranking.num_false_positives, ranking.rank
@@ -91,9 +91,11 @@ def _alrp_loss(inputs: RankingInputs, loc_errors: Tensor, delta: float, eps: flo
             logits, ranking, lrp_errors, errors / rank, num_false_positives / rank, eps
         )
         loss_loc = (ranking.step_cumsum(sorted_errors) / rank).mean()
-    return AlrpLossTerms(
-        nan_unless_finite(loss_cls, logits), loss_loc.to(dtype), positive_magnitude, negative_magnitude
-    )
+        return AlrpLossTerms(
+            nan_unless_finite(loss_cls, logits), loss_loc.to(dtype), positive_magnitude, negative_magnitude
+        )
+
+    return inputs.loss_terms(delta, loc_errors, without_positives, from_ranking)
 
 
 def alrp_loss_terms(

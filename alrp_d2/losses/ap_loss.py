@@ -13,8 +13,6 @@ from .error_driven import (
     RankingLossOutput,
     check_hyperparameters,
     nan_unless_finite,
-    output_dtype,
-    zero_connected,
 )
 from .global_ranking import RankingGroup
 from .ranking_inputs import RankingInputs
@@ -82,17 +80,18 @@ def _gate(delta: float, eps: Optional[float]) -> float:
 
 def _ap_loss(inputs: RankingInputs, delta: float, gate: float, interpolated: bool) -> RankingLossOutput:
     logits = inputs.logits
-    dtype = output_dtype(logits)
-    if inputs.num_positives == 0:
-        zero = zero_connected(logits, dtype)
+
+    def without_positives(zero: Tensor) -> RankingLossOutput:
         return RankingLossOutput(zero, zero.detach(), zero.detach())
-    with torch.autocast(device_type=logits.device.type, enabled=False):
-        ranking = inputs.rank(delta)
+
+    def from_ranking(ranking: PositiveRanking) -> RankingLossOutput:
         errors = interpolated_errors(ranking) if interpolated else ranking.num_false_positives / ranking.rank
         loss, positive_magnitude, negative_magnitude = ErrorDrivenRankingLoss.apply(
             logits, ranking, errors, torch.zeros_like(errors), None, gate
         )
-    return RankingLossOutput(nan_unless_finite(loss, logits), positive_magnitude, negative_magnitude)
+        return RankingLossOutput(nan_unless_finite(loss, logits), positive_magnitude, negative_magnitude)
+
+    return inputs.loss_terms(delta, None, without_positives, from_ranking)
 
 
 def ap_loss_terms(

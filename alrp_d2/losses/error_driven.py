@@ -39,10 +39,11 @@ def output_dtype(logits: Tensor) -> torch.dtype:
     return torch.float64 if logits.dtype == torch.float64 else torch.float32
 
 
-def check_hyperparameters(delta: float, eps: float) -> None:
-    """delta is the smoothness of H (App. E, Eq. 14); eps the N_FP threshold of line 28."""
-    if not (delta > 0 and math.isfinite(delta)):
-        raise ValueError(f"delta must be finite and > 0, got {delta}")
+def check_hyperparameters(delta: float, eps: float, unit_step: bool = False) -> None:
+    """delta is the smoothness of H (App. E, Eq. 14), > 0 (>= 0 with ``unit_step``: 0 is the unit step); eps the
+    N_FP threshold of line 28."""
+    if not ((delta >= 0 if unit_step else delta > 0) and math.isfinite(delta)):
+        raise ValueError(f"delta must be finite and {'>=' if unit_step else '>'} 0, got {delta}")
     if not eps > 0:
         raise ValueError(f"eps must be > 0, got {eps}")
 

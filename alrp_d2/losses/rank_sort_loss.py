@@ -35,7 +35,7 @@ from typing import NamedTuple, Optional, Tuple
 import torch
 from torch import Tensor
 
-from .error_driven import ErrorDrivenRankingLoss, nan_unless_finite, output_dtype, zero_connected
+from .error_driven import ErrorDrivenRankingLoss, check_hyperparameters, nan_unless_finite, output_dtype
 from .global_ranking import RankingGroup
 from .ranking_inputs import RankingInputs
 from .relation_sums import PositiveRanking
@@ -57,13 +57,6 @@ class RankSortLossTerms(NamedTuple):
     sorting_loss: Tensor
     positive_gradient_magnitude: Tensor
     negative_gradient_magnitude: Tensor
-
-
-def _check_hyperparameters(delta: float, eps: float) -> None:
-    if not (delta >= 0 and math.isfinite(delta)):
-        raise ValueError(f"delta must be finite and >= 0, got {delta}")
-    if not eps > 0:
-        raise ValueError(f"eps must be > 0, got {eps}")
 
 
 def rank_sort_loss_indexed(
@@ -93,19 +86,18 @@ def rank_sort_loss_indexed(
 
     Without positives (of any worker) both losses are zeros connected to ``logits``.
     """
-    _check_hyperparameters(delta, eps)
+    check_hyperparameters(delta, eps, unit_step=True)
     return _rank_sort_loss(RankingInputs.indexed(logits, positive_index, valid, group), positive_targets, delta, eps)
 
 
 def _rank_sort_loss(inputs: RankingInputs, positive_targets: Tensor, delta: float, eps: float) -> RankSortLossTerms:
     logits = inputs.logits
-    dtype = output_dtype(logits)
-    if inputs.num_positives == 0:
-        zero = zero_connected(logits, dtype)
+    positive_targets = positive_targets.detach()
+
+    def without_positives(zero: Tensor) -> RankSortLossTerms:
         return RankSortLossTerms(zero, zero, zero.detach(), zero.detach())
-    with torch.autocast(device_type=logits.device.type, enabled=False):
-        positive_targets = positive_targets.detach()
-        ranking = inputs.rank(delta, positive_targets)
+
+    def from_ranking(ranking: PositiveRanking) -> RankSortLossTerms:
         sorted_targets = ranking.sorted_positive_values(positive_targets).double()
         relations = SortingRelations.build(ranking.positive_scores, sorted_targets, delta)
         ranking_errors, sorting_errors, sorting_grad = _errors_and_sorting_update(ranking, relations, eps)
@@ -114,10 +106,12 @@ def _rank_sort_loss(inputs: RankingInputs, positive_targets: Tensor, delta: floa
         ranking_loss, positive_magnitude, negative_magnitude = ErrorDrivenRankingLoss.apply(
             logits, ranking, ranking_errors, torch.zeros_like(ranking_errors), None, gate, sorting_grad
         )
-        sorting_loss = sorting_errors.mean().to(dtype) + 0.0 * ranking_loss
-    return RankSortLossTerms(
-        nan_unless_finite(ranking_loss, logits), sorting_loss, positive_magnitude, negative_magnitude
-    )
+        sorting_loss = sorting_errors.mean().to(output_dtype(logits)) + 0.0 * ranking_loss
+        return RankSortLossTerms(
+            nan_unless_finite(ranking_loss, logits), sorting_loss, positive_magnitude, negative_magnitude
+        )
+
+    return inputs.loss_terms(delta, positive_targets, without_positives, from_ranking)
 
 
 def rank_sort_loss_terms(
@@ -131,7 +125,7 @@ def rank_sort_loss_terms(
     the (M,) ``logits``: in (0, 1] (e.g. IoU) for a positive, 0 for a negative, < 0 for an ignored
     entry. The inputs are validated: shapes, dtypes, NaN or infinite logits or targets, targets > 1
     raise, naming what is wrong."""
-    _check_hyperparameters(delta, eps)
+    check_hyperparameters(delta, eps, unit_step=True)
     inputs = RankingInputs.targeted(logits, targets, group)
     return _rank_sort_loss(inputs, targets.detach().reshape(-1)[inputs.positive_index], delta, eps)
 

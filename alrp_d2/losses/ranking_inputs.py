@@ -3,16 +3,19 @@ indices and a validity mask, not validated) or from the label API (validated onc
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+from typing import Callable, NamedTuple, Optional, TypeVar
 
 import torch
 from torch import Tensor
 
+from .error_driven import output_dtype, zero_connected
 from .global_ranking import PositiveExchange, RankingGroup, exchange_checked
 from .labels import check_rank_sort_inputs, check_ranking_inputs
 from .relation_sums import PositiveRanking
 
 __all__ = ["RankingInputs"]
+
+Terms = TypeVar("Terms")
 
 
 class RankingInputs(NamedTuple):
@@ -65,3 +68,19 @@ class RankingInputs(NamedTuple):
         return PositiveRanking.build(
             self.logits, self.positive_index, self.valid, delta, self.exchange, positive_values
         )
+
+    def loss_terms(
+        self,
+        delta: float,
+        positive_values: Optional[Tensor],
+        without_positives: Callable[[Tensor], Terms],
+        from_ranking: Callable[[PositiveRanking], Terms],
+    ) -> Terms:
+        """What every ranking loss does with its inputs: ``without_positives(zero)`` when no worker has a
+        positive (``zero``: a scalar of the output dtype, connected to the logits), otherwise
+        ``from_ranking(self.rank(delta, positive_values))`` with autocast off (float64 relation sums)."""
+        logits = self.logits
+        if self.num_positives == 0:
+            return without_positives(zero_connected(logits, output_dtype(logits)))
+        with torch.autocast(device_type=logits.device.type, enabled=False):
+            return from_ranking(self.rank(delta, positive_values))
