@@ -15,6 +15,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from detectron2.config import CfgNode
 from detectron2.data import DatasetCatalog, MetadataCatalog
+from detectron2.modeling import META_ARCH_REGISTRY, GeneralizedRCNN
 
 __all__ = [
     "DatasetClasses",
@@ -101,9 +102,10 @@ def dataset_classes(name: str) -> Optional[DatasetClasses]:
 
 
 def num_classes_key(cfg: CfgNode) -> str:
-    """The config key of the number of classes of cfg's detector."""
+    """The config key of the number of classes of cfg's detector: ROI_HEADS' for a registered ``GeneralizedRCNN``
+    or subclass (importing ``alrp_d2`` registers the project's)."""
     architecture = cfg.MODEL.META_ARCHITECTURE
-    if architecture == "GeneralizedRCNN":
+    if architecture in META_ARCH_REGISTRY and issubclass(META_ARCH_REGISTRY.get(architecture), GeneralizedRCNN):
         return "MODEL.ROI_HEADS.NUM_CLASSES"
     for family in ("FOVEABOX", "FCOS"):
         if family in architecture.upper():

@@ -125,6 +125,16 @@ def test_built_in_datasets_are_checked():
     check_dataset_classes(config(["shapes_train"], ["shapes_val"], num_classes=5))
 
 
+@pytest.mark.parametrize("architecture", ["GeneralizedRCNN", "AlrpGeneralizedRCNN"])
+def test_r_cnn_subclasses_are_checked_against_the_roi_heads_classes(architecture):
+    cfg = setup_cfg(None, ["MODEL.META_ARCHITECTURE", architecture, "MODEL.ROI_HEADS.NUM_CLASSES", "5"])
+    cfg.DATASETS.TRAIN, cfg.DATASETS.TEST = ("shapes_train",), ("shapes_val",)
+    check_dataset_classes(cfg)
+    cfg.MODEL.ROI_HEADS.NUM_CLASSES = 3
+    with pytest.raises(ValueError, match="has 5 categories but MODEL.ROI_HEADS.NUM_CLASSES is 3"):
+        check_dataset_classes(cfg)
+
+
 def test_train_net_and_the_trainer_check_the_classes(tmp_path):
     cfg = tiny_retinanet_cfg()
     cfg.DATASETS.TRAIN, cfg.DATASETS.TEST = ("shapes_train",), ()
