@@ -34,7 +34,7 @@ Each result is also written to ``<output>/<detector>_<index>.json``.
     python benchmarks/shapes_ablation.py --iters 300      # quicker, less trained
     python benchmarks/shapes_ablation.py --detectors foveabox fcos --output DIR
     python benchmarks/shapes_ablation.py --detectors faster_rcnn mask_rcnn --iters 1000 --output DIR \
-        --lock /tmp/alrp_cpu.lock                        # each training holds the lock (a shared CPU)
+        --lock /tmp/alrp_cpu.lock       # ~45 minutes; each training holds the lock (a shared CPU)
     python benchmarks/shapes_ablation.py --detectors fcos --output DIR --eval-only \
         --opts MODEL.FCOS.SCORE_THRESH_TEST 0.0     # re-evaluate DIR's models, other inference
 """
