@@ -15,7 +15,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from alrp_d2.losses import NonFiniteInputError, alrp_loss_terms, ap_loss_terms
-from alrp_d2.losses.global_ranking import exchange_positives, global_mean, ranking_group
+from alrp_d2.losses.global_ranking import exchange_checked, global_mean, ranking_group
+from alrp_d2.losses.labels import check_ranking_inputs
 
 NUM_CASES = 12
 TOLERANCE = {torch.float64: 1e-6, torch.float32: 1e-5}
@@ -124,7 +125,7 @@ def _worker(rank: int, world_size: int, out_dir: str) -> None:
     if rank == world_size - 1:
         logits[3] = float("nan")
     try:
-        exchange_positives(logits, labels, None, group)
+        exchange_checked(lambda: check_ranking_inputs(logits, labels, None), logits.device, group)
     except NonFiniteInputError as error:
         results["raised"].append(str(error))
     torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))

@@ -17,6 +17,7 @@ from alrp_d2.losses import (
     relation_sums,
 )
 
+from .host_syncs import HostSyncCounter
 from .loop_reference import alrp_loss_loop, ap_loss_loop, rank_sort_loss_loop
 from .test_ranking_losses import TOLERANCE, assert_relative
 
@@ -99,17 +100,32 @@ def test_negatives_in_many_float64_chunks_equal_the_loop(seed, monkeypatch):
     assert_relative(grad, loop_grad, 1e-6)
 
 
+INDEXED_LOSSES = ("alrp", "ap", "rank_sort")
+
+
+def indexed_loss(name: str, logits: torch.Tensor, positives: torch.Tensor) -> torch.Tensor:
+    """The ranking loss ``name`` of the index API (its classification / ranking component)."""
+    errors = torch.rand(len(positives))
+    if name == "alrp":
+        return alrp_loss_indexed(logits, positives, errors).loss_cls
+    if name == "ap":
+        return ap_loss_indexed(logits, positives).loss
+    return rank_sort_loss_indexed(logits, positives, errors).ranking_loss
+
+
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
 def test_non_finite_logits_make_the_indexed_losses_nan(bad):
-    """No validation (and no host synchronisation) in the index API: a non-finite logit, of a
-    positive or a negative, gives a NaN loss, which stops a training loop."""
+    """No validation in the index API (one host synchronisation: the selection of the relevant negatives): a
+    non-finite logit, of a positive or a negative, gives a NaN loss, which stops a training loop."""
     for position in (0, 5):
         logits = torch.randn(6, 3)
         logits.view(-1)[position] = bad
         positives = torch.tensor([0, 7])
-        terms = alrp_loss_indexed(logits, positives, torch.rand(2))
-        assert torch.isnan(terms.loss_cls)
-        assert torch.isnan(ap_loss_indexed(logits, positives).loss)
+        for name in INDEXED_LOSSES:
+            with HostSyncCounter() as syncs:
+                value = indexed_loss(name, logits, positives)
+            assert torch.isnan(value), name
+            assert syncs.total() == 1, (name, syncs.by_operation)  # the selection of the relevant negatives
 
 
 def test_no_positive_gives_connected_zeros():

@@ -70,14 +70,18 @@ class ImageErrorGuard:
         self.skip = skip
         self.hint = TRAINING_HINT if training else EVALUATION_HINT
         self.skipped: Set[str] = set()
+        self.eight_bit: Set[str] = set()  # files whose header was read once: not opened again for it
 
     def __call__(self, dataset_dict: Dict[str, Any]) -> Optional[Dict[str, Any]]:
         file_name = dataset_dict.get("file_name", "")
-        reason = high_bit_depth_error(file_name) if file_name else None
+        reason = high_bit_depth_error(file_name) if file_name and file_name not in self.eight_bit else None
         cause: Optional[BaseException] = None
         if reason is None:
             try:
-                return self.mapper(dataset_dict)
+                mapped = self.mapper(dataset_dict)
+                if file_name:
+                    self.eight_bit.add(file_name)
+                return mapped
             except SizeMismatchError:
                 raise
             except Exception as error:

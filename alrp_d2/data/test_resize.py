@@ -8,6 +8,7 @@ from typing import Tuple
 import numpy as np
 from detectron2.config import CfgNode
 from detectron2.data import transforms as T
+from detectron2.data.detection_utils import build_augmentation
 from fvcore.transforms.transform import Transform
 from PIL import Image
 
@@ -45,4 +46,4 @@ def build_test_resize(cfg: CfgNode) -> T.Augmentation:
     detectron2's ``ResizeShortestEdge`` (its ``build_augmentation`` at test time), "mmcv" :class:`MmcvRescale`."""
     if cfg.INPUT.TEST_RESIZE == "mmcv":
         return MmcvRescale(cfg.INPUT.MIN_SIZE_TEST, cfg.INPUT.MAX_SIZE_TEST)
-    return T.ResizeShortestEdge(cfg.INPUT.MIN_SIZE_TEST, cfg.INPUT.MAX_SIZE_TEST, "choice")
+    return build_augmentation(cfg, is_train=False)[0]

@@ -11,11 +11,11 @@ from typing import Dict, List, Optional
 import torch
 import torch.distributed as dist
 from detectron2.config import CfgNode
-from detectron2.data import get_detection_dataset_dicts
 from detectron2.engine import HookBase
 from detectron2.utils import comm
 from torch import nn
 
+from ..data.training_filter import training_dataset_dicts
 from ..modeling.ranking_loss import HeadRankingLoss
 
 __all__ = [
@@ -42,8 +42,7 @@ def find_ranking_losses(model: nn.Module) -> Dict[str, HeadRankingLoss]:
 
 def iterations_per_epoch(cfg: CfgNode) -> int:
     """ceil(training images / SOLVER.IMS_PER_BATCH), counting the images the loader keeps."""
-    dataset = get_detection_dataset_dicts(cfg.DATASETS.TRAIN, filter_empty=cfg.DATALOADER.FILTER_EMPTY_ANNOTATIONS)
-    return max(1, math.ceil(len(dataset) / cfg.SOLVER.IMS_PER_BATCH))
+    return max(1, math.ceil(len(training_dataset_dicts(cfg)) / cfg.SOLVER.IMS_PER_BATCH))
 
 
 def self_balance_period(cfg: CfgNode) -> int:
@@ -90,6 +89,7 @@ class SelfBalanceHook(HookBase):
         self.period = period
         self._losses: Dict[str, HeadRankingLoss] = {}
         self._sums: Dict[str, List[float]] = {}
+        self._weights: Dict[str, float] = {}  # the self-balanced heads' loc_weight, read when it changes
 
     @property
     def _balanced(self) -> List[str]:
@@ -102,6 +102,7 @@ class SelfBalanceHook(HookBase):
         for name in set(self._sums) - set(self._balanced):
             logger.warning("Self-balance state for %r has no matching self-balanced head in the model; ignored.", name)
             del self._sums[name]
+        self._weights = {name: self._losses[name].loc_weight.item() for name in self._balanced}
 
     def after_step(self) -> None:
         storage = self.trainer.storage
@@ -116,8 +117,8 @@ class SelfBalanceHook(HookBase):
                 self._sums[name][1] += loss_loc
         if self.period is not None and (self.trainer.iter + 1) % self.period == 0:
             self._close_period()
-        for name in self._balanced:
-            storage.put_scalar(f"sb/{name}/weight", self._losses[name].loc_weight.item(), smoothing_hint=False)
+        for name, weight in self._weights.items():
+            storage.put_scalar(f"sb/{name}/weight", weight, smoothing_hint=False)
 
     def _step_statistics(self) -> Dict[str, List[float]]:
         """Every head's (L_cls, L_loc, positive and negative gradient magnitude, components) of this
@@ -148,7 +149,8 @@ class SelfBalanceHook(HookBase):
     def _close_period(self) -> None:
         for name, sums in self._sums.items():
             loss = self._losses[name]
-            loss.set_loc_weight(self_balanced_weight(sums[0], sums[1], loss.loc_weight.item()))
+            loss.set_loc_weight(self_balanced_weight(sums[0], sums[1], self._weights[name]))
+            self._weights[name] = loss.loc_weight.item()
             sums[:] = [0.0, 0.0]
 
     def state_dict(self) -> Dict:

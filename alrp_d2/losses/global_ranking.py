@@ -32,14 +32,12 @@ import torch.distributed as dist
 from torch import Tensor
 
 from .error_driven import NonFiniteInputError
-from .labels import check_ranking_inputs
 
 __all__ = [
     "RANKINGS",
     "PositiveExchange",
     "RankingGroup",
     "exchange_checked",
-    "exchange_positives",
     "global_mean",
     "global_weighted_mean",
     "ranking_group",
@@ -134,14 +132,6 @@ def ranking_group(ranking: str, group: Optional[dist.ProcessGroup] = None) -> Op
     return RankingGroup(group)
 
 
-def exchange_positives(
-    logits: Tensor, labels: Tensor, extra: Optional[Tensor], group: Optional[RankingGroup]
-) -> Tuple[int, Optional[PositiveExchange]]:
-    """Validates this worker's inputs (:func:`check_ranking_inputs`) and, with a group, exchanges
-    the numbers of positives (see :func:`exchange_checked`)."""
-    return exchange_checked(lambda: check_ranking_inputs(logits, labels, extra), logits.device, group)
-
-
 def exchange_checked(
     check: Callable[[], int], device: torch.device, group: Optional[RankingGroup]
 ) -> Tuple[int, Optional[PositiveExchange]]:
@@ -169,20 +159,10 @@ def exchange_checked(
 
 
 def global_mean(values: Tensor, group: Optional[RankingGroup]) -> Tensor:
-    """The mean of ``values`` (1-D) over all workers (one all-reduce of two floats), with the
-    local gradient multiplied by the world size; a zero connected to ``values`` when no worker
-    has one. Without a group, the local mean."""
-    if group is None:
-        return values.sum() / values.numel() if values.numel() else values.sum() * 0.0
-    local_sum = values.sum()
-    local = local_sum.detach().double()
-    totals = torch.stack([local, local.new_tensor(values.numel())])
-    dist.all_reduce(totals, op=dist.ReduceOp.SUM, group=group.group)
-    total, count = totals.tolist()
-    if count == 0:
-        return local_sum * 0.0
-    scaled = _ScaleGradient.apply(local_sum.double(), float(group.world_size))
-    return ((scaled + (total - local)) / count).to(values.dtype)
+    """The mean of ``values`` (1-D) over all workers (:func:`global_weighted_mean` with unit weights: one
+    all-reduce of two floats, no host synchronisation, the local gradient multiplied by the world size); a zero
+    connected to ``values`` when no worker has one. Without a group, the local mean."""
+    return global_weighted_mean(values, torch.ones_like(values), group)
 
 
 def global_weighted_mean(values: Tensor, weights: Tensor, group: Optional[RankingGroup], eps: float = 1e-10) -> Tensor:

@@ -145,9 +145,15 @@ class AlrpROIHeads(StandardROIHeads):
         mask_head = getattr(self, "mask_head", None)
         if not (self.training and isinstance(mask_head, RankSortMaskHead)):
             return super()._forward_mask(features, instances)
-        # detectron2's _forward_mask selects the foreground again, which keeps these instances.
         foreground, _ = select_foreground_proposals(instances, self.num_classes)
-        losses = super()._forward_mask(features, mask_head.subsample(foreground))
+        instances = mask_head.subsample(foreground)
+        # detectron2's _forward_mask in training, without selecting the foreground again (a sync per image).
+        if self.mask_pooler is not None:
+            boxes = [x.proposal_boxes for x in instances]
+            mask_features = self.mask_pooler([features[f] for f in self.mask_in_features], boxes)
+        else:
+            mask_features = {f: features[f] for f in self.mask_in_features}
+        losses = mask_head(mask_features, instances)
         box_loss = self.box_predictor.ranking_loss
         return {"loss_mask": box_loss.balance_task("mask", losses["loss_mask"])}
 

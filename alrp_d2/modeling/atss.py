@@ -10,7 +10,7 @@ import torch
 from detectron2.structures import Boxes, pairwise_iou
 from torch import Tensor
 
-from .padding import pad_per_image
+from .padding import pad_per_image, valid_entries
 
 __all__ = ["AtssMatcher"]
 
@@ -59,7 +59,7 @@ class AtssMatcher:
         """
         num_images, max_gt = gt_boxes.shape[:2]
         rows = Boxes(gt_boxes.reshape(-1, 4))
-        valid = torch.arange(max_gt, device=gt_boxes.device) < torch.as_tensor(num_gt, device=gt_boxes.device)[:, None]
+        valid = valid_entries(num_gt, max_gt, gt_boxes.device)
         all_anchors = Boxes.cat(anchors)
         ious = pairwise_iou(rows, all_anchors)  # NG x R
         anchor_centers = all_anchors.get_centers()

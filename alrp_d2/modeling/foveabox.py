@@ -21,6 +21,7 @@ from torch import Tensor
 from ..config import require_config
 from .dense_head import dense_head_inputs, label_anchors_batched
 from .official_inference import OfficialOrderInference
+from .padding import valid_entries
 from .postprocessing import KeepEmptyDetections
 
 __all__ = ["FoveaBox", "FoveaBoxTransform", "FoveaMatcher"]
@@ -40,7 +41,8 @@ class FoveaBoxTransform:
     so the transform has detectron2's ``get_deltas`` / ``apply_deltas`` interface and the
     dense-detector helpers (decoding, E_loc on decoded boxes) apply unchanged. Decoding clamps the
     predicted log-distances at ``scale_clamp`` (detectron2's convention), or not when it is None (the
-    official heads). Both compute in float32 as the official heads: centre -/+ edge * exp(delta).
+    official heads). Both compute in the dtype of their inputs (float32 unless AMP casts them), as the
+    official heads: centre -/+ edge * exp(delta).
     """
 
     def __init__(
@@ -100,7 +102,7 @@ class FoveaMatcher:
         """See :class:`alrp_d2.modeling.dense_head.BatchMatcher`; ``anchors`` are the cells of
         each level (squares centred on the cell centres)."""
         max_gt = gt_boxes.shape[1]
-        valid = torch.arange(max_gt, device=gt_boxes.device) < torch.as_tensor(num_gt, device=gt_boxes.device)[:, None]
+        valid = valid_entries(num_gt, max_gt, gt_boxes.device)
         widths, heights = gt_boxes[..., 2] - gt_boxes[..., 0], gt_boxes[..., 3] - gt_boxes[..., 1]
         areas = widths * heights  # (N, G)
         scales = areas.sqrt()

@@ -103,10 +103,11 @@ class RankSortMaskHead(MaskRCNNConvUpsampleHead):
         if sum(counts) <= self.max_positives:
             return instances
         keep = sorted(random.sample(range(sum(counts)), self.max_positives))
+        # One copy of the draw to the device (a copy from pageable memory waits for the device), sliced per image.
+        kept = torch.as_tensor(keep, dtype=torch.long, device=instances[0].proposal_boxes.device)
         subsets, start = [], 0
         for image, count in zip(instances, counts):
-            chosen = keep[bisect_left(keep, start) : bisect_left(keep, start + count)]
-            index = torch.as_tensor([i - start for i in chosen], dtype=torch.long, device=image.proposal_boxes.device)
-            subsets.append(image[index])
+            chosen = kept[bisect_left(keep, start) : bisect_left(keep, start + count)]
+            subsets.append(image[chosen - start])
             start += count
         return subsets

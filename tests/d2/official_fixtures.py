@@ -7,6 +7,7 @@ import gzip
 import importlib.util
 import io
 import json
+import math
 import sys
 from functools import cache
 from pathlib import Path
@@ -140,3 +141,18 @@ def official_anchor_index(locations_per_level: List[int], order: Tensor) -> Tens
         indices.append(offset + index.reshape(-1))
         offset += locations * len(order)
     return torch.cat(indices)
+
+
+def assert_fpn_xavier_uniform(backbone: torch.nn.Module) -> int:
+    """Every convolution of the FPN (not of ``bottom_up``) is mmdetection's ``xavier_uniform`` with bias 0: its
+    largest weight within the bound sqrt(6 / (fan_in + fan_out)) and above 0.9 of it (detectron2's
+    ``c2_xavier_fill`` stays under 0.9 of it on the laterals whose input is wider than 1.25x their output).
+    Returns the number of convolutions."""
+    convs = {n: m for n, m in backbone.named_modules() if isinstance(m, torch.nn.Conv2d) and "bottom_up" not in n}
+    for name, conv in convs.items():
+        weight = conv.weight
+        fan_in, fan_out = weight[0].numel(), weight.shape[0] * weight[0, 0].numel()
+        bound = math.sqrt(6 / (fan_in + fan_out))
+        assert 0.9 * bound < weight.abs().max() <= bound, name
+        assert conv.bias.abs().max() == 0, name
+    return len(convs)

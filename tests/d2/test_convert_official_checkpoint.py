@@ -32,14 +32,6 @@ from .official_fixtures import KEYSET_DIR, REPO_ROOT, load_converter, load_keyse
 converter = load_converter()
 
 KEYSETS = sorted(KEYSET_DIR.glob("*.json.gz"))
-# Relative to the largest magnitude of the official tensor; float32 with the same operations in another order
-# (FrozenBatchNorm2d's folded scale, the FPN's additions) differs by at most 5e-7.
-TOLERANCE = 1e-5
-
-
-def relative_error(ours: Tensor, official: Tensor) -> float:
-    assert ours.shape == official.shape, (ours.shape, official.shape)
-    return ((ours - official).abs().max() / official.abs().max()).item()
 
 
 def test_fourteen_key_sets():

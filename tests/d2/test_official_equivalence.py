@@ -595,6 +595,21 @@ def official_row_order(run: TwoStageRun) -> Tensor:
 
 
 @pytest.mark.parametrize("name, variant", two_stage_params())
+def test_rpn_losses_and_gradients(name, variant):
+    """The RPN's losses (the cross-entropy baselines' on the official sample; mmdetection returns them per level)
+    and their gradients with respect to the RPN head's outputs equal the official ones."""
+    run = two_stage_run(name, variant)
+    official = run.fixture["variants"][variant]["train"]
+    for official_key, our_key in RPN_LOSS_KEYS.items():
+        expected = official["rpn_losses"][official_key]
+        expected = torch.stack(expected).sum() if isinstance(expected, list) else expected
+        error = relative_error(run.rpn_losses[our_key].detach(), expected)
+        assert error < TOLERANCE, f"{our_key}: {error:.2g}"
+    names = {"rpn_cls_scores": "rpn_cls_scores", "rpn_bbox_preds": "rpn_bbox_preds"}
+    compare_gradients(run.grads, official["rpn_grads"], RPN_LOSS_KEYS, None, names)
+
+
+@pytest.mark.parametrize("name, variant", two_stage_params())
 def test_roi_losses_and_gradients(name, variant):
     """The box head trains on the official RoIs (every proposal, and for the cross-entropy baselines the ground
     truths), with the official losses and gradients."""

@@ -34,7 +34,7 @@ from alrp_d2.modeling import LastLevelP6P7WithoutReLU, MinIoULowQualityMatcher, 
 from alrp_d2.modeling.deform_conv import with_cpu_deform_conv
 from alrp_d2.modeling.postprocessing import postprocess_detections
 
-from .official_fixtures import FIXTURE_DIR, load_fixture
+from .official_fixtures import FIXTURE_DIR, assert_fpn_xavier_uniform, load_fixture
 from .tiny_configs import CONFIG_DIR, load_config, make_tiny
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -64,15 +64,7 @@ def test_fpn_xavier_uniform_initialisation():
     cfg.MODEL.FPN.WEIGHT_INIT = "c2_xavier_fill"
     torch.manual_seed(0)
     detectron2 = build_backbone(cfg)
-    convs = [n for n, m in official.named_modules() if isinstance(m, torch.nn.Conv2d) and "bottom_up" not in n]
-    assert len(convs) == 8  # 3 laterals, 3 outputs, P6, P7
-    modules = dict(official.named_modules())
-    for name in convs:
-        weight = modules[name].weight
-        fan_in, fan_out = weight[0].numel(), weight.shape[0] * weight[0, 0].numel()
-        bound = math.sqrt(6 / (fan_in + fan_out))
-        assert weight.abs().max() <= bound and weight.abs().max() > 0.9 * bound, name
-        assert modules[name].bias.abs().max() == 0
+    assert assert_fpn_xavier_uniform(official) == 8  # 3 laterals, 3 outputs, P6, P7
     assert torch.equal(official.bottom_up.stem.conv1.weight, detectron2.bottom_up.stem.conv1.weight)
 
 

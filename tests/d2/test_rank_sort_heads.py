@@ -32,6 +32,7 @@ from alrp_d2.modeling.rank_sort_atss import LevelScaledRetinaNetHead
 from alrp_d2.modeling.rank_sort_mask_head import dice_losses
 
 from ..loop_reference import rank_sort_loss_loop
+from .official_fixtures import assert_fpn_xavier_uniform
 from .tiny_configs import CONFIG_DIR, ranking_statistics, tiny_batch, tiny_rank_sort_cfg, with_masks
 
 MASK_CONFIG = "quickstart/rs_mask_rcnn_shapes.yaml"
@@ -318,10 +319,7 @@ def test_rank_sort_configs_build_the_official_network(config):
     model = build_model(cfg)
     assert model.keep_empty_detections
     assert cfg.INPUT.TEST_RESIZE == "mmcv" and cfg.DATALOADER.TRAIN_FILTER == "mmdet"
-    fpn_convs = [
-        m for n, m in model.backbone.named_modules() if isinstance(m, torch.nn.Conv2d) and "bottom_up" not in n
-    ]
-    assert fpn_convs and all(float(conv.bias.abs().max()) == 0 for conv in fpn_convs)
+    assert assert_fpn_xavier_uniform(model.backbone) > 0
     if config == "rs_atss_R50_FPN_1x.yaml":
         assert isinstance(model.backbone.top_block, LastLevelP6P7WithoutReLU)
         generator, expected = model.anchor_generator, (4.0, 3, [1.0])
