@@ -10,50 +10,33 @@ import yaml
 from detectron2.config import CfgNode as CN
 from detectron2.config import get_cfg
 
+from .config_check import require_config, require_integer
 from .losses.global_ranking import RANKINGS
-from .losses.localisation_error import LOC_ERROR_KINDS
+from .modeling.backbone import (
+    FPN_KEY_BACKBONES,
+    FPN_WEIGHT_INITS,
+    FROZEN_STATS_BN,
+    FROZEN_STATS_BN_BACKBONES,
+    P7_BACKBONES,
+)
+from .modeling.low_quality_matcher import LOW_QUALITY_MATCH_GTS
 
-__all__ = [
-    "add_alrp_config",
-    "setup_cfg",
-    "validate_alrp_config",
-    "require_config",
-    "UnsafeConfigError",
-    "CLS_LOSSES",
-    "MATCHERS",
-]
+__all__ = ["UnsafeConfigError", "add_alrp_config", "setup_cfg", "validate_alrp_config"]
 
-CLS_LOSSES = ("alrp", "ap", "ap_interpolated", "rank_sort")
-#: The classification losses whose delta may be 0 (the unit step).
-UNIT_STEP_LOSSES = ("rank_sort",)
-MATCHERS = ("iou", "atss")
-# The ground truth of a low-quality match (a ground truth's best anchor below the positive IoU): "max_iou", the one
-# the anchor overlaps most (detectron2's Matcher); "best_anchor", the one it is the best anchor of, the last such
-# ground truth when several are (mmdetection's MaxIoUAssigner, the official code).
-LOW_QUALITY_MATCH_GTS = ("max_iou", "best_anchor")
-# Localisation loss of a dense detector trained with an AP loss: its E_loc ("giou") or Smooth L1 on the encoded
-# deltas ("smooth_l1", the official AP Loss heads).
-AP_LOC_LOSSES = ("giou", "smooth_l1")
-# Initialisation of the FPN's convolutions: detectron2's c2_xavier_fill or mmdetection's xavier_uniform.
-FPN_WEIGHT_INITS = ("c2_xavier_fill", "xavier_uniform")
 # Test-time resize: detectron2's ResizeShortestEdge (PIL) or mmcv's imrescale (cv2, its rounding).
 TEST_RESIZES = ("detectron2", "mmcv")
 # Training-set filter: detectron2's (DATALOADER.FILTER_EMPTY_ANNOTATIONS) or mmdetection's CocoDataset.
 TRAIN_FILTERS = ("detectron2", "mmdet")
-# E_loc target of aLRP FoveaBox: the ground-truth box, or the box decoded from the clamped target (official).
-FOVEABOX_LOC_TARGETS = ("gt_box", "decoded_target")
-
-# Paper recipe: the norm of the official ResNets (BN statistics frozen, affine trained;
-# alrp_d2/modeling/backbone.py) and the registered backbones that build it and the MODEL.FPN keys below.
-FROZEN_STATS_BN = "FrozenStatsBN"
-FROZEN_STATS_BN_BACKBONES = (
-    "build_alrp_resnet_fpn_backbone",
-    "build_alrp_retinanet_resnet_fpn_backbone",
-    "build_fcos_resnet_fpn_backbone",
+# Keys that moved: (old key, new key, note).
+RENAMED_KEYS = (
+    (
+        "MODEL.ALRP.CLS_LOSS",
+        "MODEL.ALRP.CRITERION",
+        "its values are registered criterion class names: alrp -> AlrpCriterion, ap -> APCriterion, "
+        "ap_interpolated -> InterpolatedAPCriterion, rank_sort -> RankSortCriterion",
+    ),
+    ("MODEL.FOVEABOX.AP_LOC_LOSS", "MODEL.ALRP.AP_LOC_LOSS", "one key for the localisation loss of every AP head"),
 )
-# Backbones that read MODEL.FPN.RELU_BEFORE_P7 (those with a P6-P7 top block), and the other MODEL.FPN keys.
-P7_BACKBONES = ("build_alrp_retinanet_resnet_fpn_backbone", "build_fcos_resnet_fpn_backbone")
-FPN_KEY_BACKBONES = FROZEN_STATS_BN_BACKBONES
 
 
 def add_alrp_config(cfg: CN) -> None:
@@ -65,6 +48,8 @@ def add_alrp_config(cfg: CN) -> None:
     _add_faster_rcnn_keys(cfg.MODEL.ALRP)
     _add_network_keys(cfg)
     _add_rank_sort_keys(cfg.MODEL.ALRP)
+    for old, new, note in RENAMED_KEYS:
+        cfg.register_renamed_key(old, new, note)
 
     # FoveaBox (Kong et al., IEEE TIP 2020) as mmdetection's FoveaHead (paper Sec. 5.4, App. G); its own
     # loss (mmdet's config) is focal loss (alpha 0.4, gamma 1.5) + Smooth L1 on the encoded distances.
@@ -75,10 +60,8 @@ def add_alrp_config(cfg: CN) -> None:
     # Positives: cells whose centre is in the central SIGMA fraction of the box (the fovea).
     cfg.MODEL.FOVEABOX.SIGMA = 0.4
     cfg.MODEL.FOVEABOX.SMOOTH_L1_BETA = 0.11
-    # Localisation loss of AlrpFoveaBox with an AP loss: "smooth_l1" (the paper's row) or "giou".
-    cfg.MODEL.FOVEABOX.AP_LOC_LOSS = "smooth_l1"
-    # aLRP FoveaBox's E_loc target (FOVEABOX_LOC_TARGETS): "gt_box" or, as the official head, "decoded_target",
-    # the box decoded from the target distances clamped to [1/16, 16] base edges.
+    # aLRP FoveaBox's E_loc target (alrp_d2.modeling.alrp_foveabox.FOVEABOX_LOC_TARGETS): "gt_box" or, as the
+    # official head, "decoded_target", the box decoded from the target distances clamped to [1/16, 16] base edges.
     cfg.MODEL.FOVEABOX.ALRP_LOC_TARGET = "gt_box"
     # Decoded distances exp(delta) clamped at 1000/16 base edges (detectron2's Box2BoxTransform); False: unclamped
     # (the official head, in training and test).
@@ -126,15 +109,23 @@ def _add_loss_keys(alrp: CN) -> None:
     alrp.LOC_ERROR = "giou"
     # Positive-labelling IoU threshold used to normalise E_loc (Sec. 2.2).
     alrp.TAU = 0.5
-    # Classification loss: "alrp" (aLRP Loss); "ap_interpolated" (the official, interpolated AP Loss that
-    # trained the paper's AP Loss rows, Table 2 / App. G) or "ap" (AP Loss without interpolation, an
-    # ablation), each with an IoU-based localisation loss; "rank_sort" (Rank & Sort Loss, Oksuz et al., ICCV 2021:
-    # IoU targets, the box loss weighted by the detached scores and balanced by the loss values of every iteration;
-    # SB_ENABLED must be False).
-    alrp.CLS_LOSS = "alrp"
+    # The ranking criterion of every head, a class name registered in alrp_d2.modeling.RANKING_CRITERION_REGISTRY:
+    # "AlrpCriterion" (aLRP Loss); "InterpolatedAPCriterion" (the official, interpolated AP Loss that trained the
+    # paper's AP Loss rows, Table 2 / App. G) or "APCriterion" (AP Loss without interpolation, an ablation), each
+    # with the localisation loss AP_LOC_LOSS; "RankSortCriterion" (Rank & Sort Loss, Oksuz et al., ICCV 2021: IoU
+    # targets, the box loss weighted by the detached scores and balanced by the loss values of every iteration;
+    # SB_ENABLED must be False); or a criterion registered by your own module (docs/criteria.md).
+    alrp.CRITERION = "AlrpCriterion"
     # The batch every ranking-loss head ranks: "per_worker" (each worker its own images, as the paper
     # trains) or "global" (the images of all workers as one exact ranking; alrp_d2/losses/global_ranking.py).
     alrp.RANKING = "per_worker"
+    # Correlation Loss (Kahraman et al., AAAI 2023) added to every head's loss as loss_<head>_corr: CORR_WEIGHT * (1 -
+    # corr(scores, IoUs)) of the positives, corr "spearman" (of soft ranks), "concordance" or "pearson"
+    # (alrp_d2.losses.CORRELATION_KINDS); CORR_PER_LEVEL: the mean over the pyramid levels with >= 2 positives, or one
+    # correlation of all positives. CORR_WEIGHT 0: no term.
+    alrp.CORR_KIND = "spearman"
+    alrp.CORR_WEIGHT = 0.0
+    alrp.CORR_PER_LEVEL = True
 
 
 def _add_self_balance_keys(alrp: CN) -> None:
@@ -157,8 +148,9 @@ def _add_retinanet_keys(alrp: CN) -> None:
     # The ground truth of a low-quality match (LOW_QUALITY_MATCH_GTS), for MATCHER "iou" and AlrpRPN: "max_iou"
     # (detectron2) or "best_anchor" (the official MaxIoUAssigner).
     alrp.LOW_QUALITY_MATCH_GT = "max_iou"
-    # Localisation loss with CLS_LOSS "ap" / "ap_interpolated" (AP_LOC_LOSSES): the E_loc of LOC_ERROR ("giou") or
-    # Smooth L1 (beta MODEL.RETINANET.SMOOTH_L1_LOSS_BETA) on the encoded deltas, averaged over the four.
+    # Localisation loss with an AP criterion (alrp_d2.modeling.criteria.AP_LOC_LOSSES): the E_loc of LOC_ERROR
+    # ("giou") or the head's Smooth L1 (MODEL.RETINANET.SMOOTH_L1_LOSS_BETA, MODEL.FOVEABOX.SMOOTH_L1_BETA, ...) on the
+    # encoded deltas, averaged over the four.
     alrp.AP_LOC_LOSS = "giou"
     # AlrpRetinaNet test order: True follows the official test (per level the TOPK_CANDIDATES_TEST anchors
     # with the best class scores, then every class above SCORE_THRESH_TEST, boxes clipped before NMS; the
@@ -287,12 +279,6 @@ def _literal(text: object) -> object:
         return text
 
 
-def require_config(condition: bool, key: str, value, expectation: str) -> None:
-    """Raises ValueError naming the config key when ``condition`` does not hold."""
-    if not condition:
-        raise ValueError(f"Invalid config value {key}={value!r}: {expectation}")
-
-
 def _leaves(node: CN, prefix: str) -> Iterator[Tuple[str, object]]:
     """(key, value) of every value under ``node``."""
     for name, value in node.items():
@@ -333,11 +319,9 @@ def _validate_network_keys(cfg: CN) -> None:
     """The keys of the official network: values in range, and the backbone that reads them."""
     for key, choices in (
         ("MODEL.ALRP.LOW_QUALITY_MATCH_GT", LOW_QUALITY_MATCH_GTS),
-        ("MODEL.ALRP.AP_LOC_LOSS", AP_LOC_LOSSES),
         ("MODEL.FPN.WEIGHT_INIT", FPN_WEIGHT_INITS),
         ("INPUT.TEST_RESIZE", TEST_RESIZES),
         ("DATALOADER.TRAIN_FILTER", TRAIN_FILTERS),
-        ("MODEL.FOVEABOX.ALRP_LOC_TARGET", FOVEABOX_LOC_TARGETS),
     ):
         _require_choice(cfg, key, choices)
     alrp, fpn, backbone = cfg.MODEL.ALRP, cfg.MODEL.FPN, cfg.MODEL.BACKBONE.NAME
@@ -382,50 +366,16 @@ def _validate_solver_periods(cfg: CN) -> None:
         )
 
 
-def _require_integer(alrp: CN, name: str, minimum: int, note: str = "") -> None:
-    """MODEL.ALRP.<name> is an integer >= minimum."""
-    value = alrp[name]
-    require_config(
-        isinstance(value, int) and not isinstance(value, bool) and value >= minimum,
-        f"MODEL.ALRP.{name}",
-        value,
-        f"must be an integer >= {minimum}{note}",
-    )
-
-
 def validate_alrp_config(cfg: CN) -> None:
     """Raises ValueError naming the key of the first invalid aLRP setting: every float of our keys
-    is finite, the solver periods are positive, and each key is in its range."""
+    is finite, the solver periods are positive, and the keys read by the data, the backbone and the self-balance
+    hook are in range. The keys of the ranking losses and the detectors are checked by the code that reads them,
+    when the model is built (alrp_d2.modeling)."""
     _validate_finite_floats(cfg)
     _validate_solver_periods(cfg)
     _validate_network_keys(cfg)
     alrp = cfg.MODEL.ALRP
-    unit_step = alrp.CLS_LOSS in UNIT_STEP_LOSSES
-    for key in ("DELTA", "RPN_DELTA"):
-        value = alrp[key]
-        if unit_step:
-            require_config(value >= 0, f"MODEL.ALRP.{key}", value, f"must be >= 0 with CLS_LOSS {alrp.CLS_LOSS!r}")
-        else:
-            require_config(value > 0, f"MODEL.ALRP.{key}", value, "must be > 0")
-    require_config(
-        alrp.LOC_ERROR in LOC_ERROR_KINDS, "MODEL.ALRP.LOC_ERROR", alrp.LOC_ERROR, f"must be one of {LOC_ERROR_KINDS}"
-    )
-    require_config(0.0 <= alrp.TAU < 1.0, "MODEL.ALRP.TAU", alrp.TAU, "must be in [0, 1)")
-    require_config(0.0 <= alrp.RPN_TAU < 1.0, "MODEL.ALRP.RPN_TAU", alrp.RPN_TAU, "must be in [0, 1)")
-    require_config(alrp.CLS_LOSS in CLS_LOSSES, "MODEL.ALRP.CLS_LOSS", alrp.CLS_LOSS, f"must be one of {CLS_LOSSES}")
-    require_config(
-        not (alrp.CLS_LOSS == "rank_sort" and alrp.SB_ENABLED),
-        "MODEL.ALRP.SB_ENABLED",
-        alrp.SB_ENABLED,
-        "must be False with CLS_LOSS 'rank_sort', which balances the box loss by the loss values of every iteration",
-    )
-    _require_integer(alrp, "MASK_MAX_POSITIVES", 1)
-    require_config(alrp.SB_INIT_WEIGHT > 0, "MODEL.ALRP.SB_INIT_WEIGHT", alrp.SB_INIT_WEIGHT, "must be > 0")
-    _require_integer(alrp, "SB_PERIOD", 0, " (0: one epoch)")
-    require_config(alrp.LOC_WEIGHT > 0, "MODEL.ALRP.LOC_WEIGHT", alrp.LOC_WEIGHT, "must be > 0")
-    require_config(alrp.MATCHER in MATCHERS, "MODEL.ALRP.MATCHER", alrp.MATCHER, f"must be one of {MATCHERS}")
-    _require_integer(alrp, "ATSS_TOPK", 1)
-    require_config(alrp.RPN_WEIGHT > 0, "MODEL.ALRP.RPN_WEIGHT", alrp.RPN_WEIGHT, "must be > 0")
+    require_integer("MODEL.ALRP.SB_PERIOD", alrp.SB_PERIOD, 0, " (0: one epoch)")
     require_config(alrp.RANKING in RANKINGS, "MODEL.ALRP.RANKING", alrp.RANKING, f"must be one of {RANKINGS}")
     require_config(
         0.0 <= alrp.RPN_LOW_QUALITY_MIN_IOU <= 1.0,

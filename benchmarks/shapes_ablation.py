@@ -4,7 +4,7 @@ Trains the quickstart aLRP RetinaNet (``configs/quickstart/alrp_retinanet_shapes
 same network, anchors, data and schedule with
 
 * detectron2's focal-loss ``RetinaNet`` (focal loss + smooth L1 with its default box weights), and
-* AP Loss with a GIoU localisation loss (``MODEL.ALRP.CLS_LOSS ap``, constant weight 1),
+* AP Loss with a GIoU localisation loss (``MODEL.ALRP.CRITERION APCriterion``, constant weight 1),
 
 then prints COCO AP, AP50, AP75, AP90 and oLRP of each on ``shapes_val``. The paper's claim
 (Table 2) is that aLRP Loss gains most at high IoUs (AP75, AP90).
@@ -66,7 +66,7 @@ QUICKSTART = os.path.join(ROOT, "configs", "quickstart")
 RS_MASK_RCNN = "rs_mask_rcnn_shapes.yaml"
 WITHOUT_MASKS = ["MODEL.MASK_ON", "False"]
 ALRP_LOSSES = [
-    *("MODEL.ALRP.CLS_LOSS", "alrp", "MODEL.ALRP.SB_ENABLED", "True", "MODEL.ALRP.DELTA", "1.0"),
+    *("MODEL.ALRP.CRITERION", "AlrpCriterion", "MODEL.ALRP.SB_ENABLED", "True", "MODEL.ALRP.DELTA", "1.0"),
     *("MODEL.ALRP.RPN_DELTA", "1.0", "MODEL.ROI_MASK_HEAD.NAME", "MaskRCNNConvUpsampleHead"),
 ]
 DETECTRON2_LOSSES = [
@@ -83,7 +83,7 @@ VARIANTS: Dict[str, Dict[str, Tuple[str, List[str]]]] = {
         ),
         "AP Loss + GIoU": (
             "alrp_retinanet_shapes.yaml",
-            ["MODEL.ALRP.CLS_LOSS", "ap", "MODEL.ALRP.SB_ENABLED", "False"],
+            ["MODEL.ALRP.CRITERION", "APCriterion", "MODEL.ALRP.SB_ENABLED", "False"],
         ),
     },
     "foveabox": {

@@ -16,7 +16,7 @@ from detectron2.utils import comm
 from torch import nn
 
 from ..data.training_filter import training_dataset_dicts
-from ..modeling.ranking_loss import HeadRankingLoss
+from ..modeling.head_ranking_loss import HeadRankingLoss
 
 __all__ = [
     "SelfBalanceHook",

@@ -2,6 +2,7 @@
 
 from .alrp_fcos import AlrpFCOS, ConfigurableFCOS
 from .alrp_foveabox import AlrpFoveaBox
+from .alrp_generalized_rcnn import AlrpGeneralizedRCNN
 from .alrp_retinanet import AlrpRetinaNet
 from .alrp_roi_heads import AlrpFastRCNNOutputLayers, AlrpROIHeads
 from .alrp_rpn import AlrpRPN, MinIoULowQualityRPN
@@ -15,15 +16,39 @@ from .backbone import (
     build_fcos_resnet_fpn_backbone,
 )
 from .box_head import XavierUniformFCHead
+from .correlation_retinanet import CorrelationRetinaNet
+from .correlation_term import CorrelationTerm
+from .criteria import AlrpCriterion, APCriterion, InterpolatedAPCriterion, RankSortCriterion
 from .deform_conv import DeformConvWithCpu, ModulatedDeformConvWithCpu
 from .foveabox import FoveaBox
+from .head_ranking_loss import HeadLoss, HeadRankingLoss, PositiveTerm, RankingStatistics
 from .low_quality_matcher import MinIoULowQualityMatcher
-from .postprocessing import AlrpGeneralizedRCNN
 from .rank_sort_atss import LevelScaledRetinaNetHead, RankSortATSS
 from .rank_sort_mask_head import RankSortMaskHead
-from .ranking_loss import HeadRankingLoss, PositiveTargets, RankingStatistics, RankSortTargets
+from .ranking_criterion import (
+    RANKING_CRITERION_REGISTRY,
+    CriterionOutput,
+    PositiveSource,
+    RankingCriterion,
+    build_ranking_criterion,
+)
+from .ranking_targets import PositiveTargets, RankSortTargets, RowLabels
 
 __all__ = [
+    "RANKING_CRITERION_REGISTRY",
+    "APCriterion",
+    "AlrpCriterion",
+    "CorrelationRetinaNet",
+    "CorrelationTerm",
+    "CriterionOutput",
+    "HeadLoss",
+    "InterpolatedAPCriterion",
+    "PositiveSource",
+    "PositiveTerm",
+    "RankSortCriterion",
+    "RankingCriterion",
+    "RowLabels",
+    "build_ranking_criterion",
     "AlrpFCOS",
     "AlrpGeneralizedRCNN",
     "AlrpFoveaBox",

@@ -13,8 +13,11 @@ from detectron2.structures import Boxes, ImageList
 from torch import Tensor
 from torch.nn import functional as F
 
-from ..config import require_config
-from .dense_head import DensePositives, DenseRankingDetector, dense_head_inputs
+from ..config_check import require_config
+from .dense_boxes import DenseBoxes
+from .dense_head_inputs import dense_head_inputs
+from .dense_ranking_detector import DenseRankingDetector, dense_ranking_loss
+from .ranking_targets import PositiveTargets
 
 __all__ = ["AlrpFCOS", "ConfigurableFCOS"]
 
@@ -61,7 +64,8 @@ class ConfigurableFCOS(FCOS):
 
 @META_ARCH_REGISTRY.register()
 class AlrpFCOS(DenseRankingDetector, ConfigurableFCOS):
-    """FCOS whose focal loss + GIoU loss is replaced by one aLRP Loss ranking over all
+    """FCOS whose focal loss + GIoU loss is replaced by one ranking (aLRP Loss, or the criterion of
+    MODEL.ALRP.CRITERION) over all
     (location, class) pairs of the per-device batch (:class:`~alrp_d2.modeling.HeadRankingLoss`
     named "fcos": ``loss_fcos_cls`` and ``loss_fcos_loc``), E_loc the GIoU error of the decoded
     boxes.
@@ -91,16 +95,19 @@ class AlrpFCOS(DenseRankingDetector, ConfigurableFCOS):
         )
         anchors = self.anchor_generator(features)
         gt_labels, gt_boxes = self.label_anchors(anchors, gt_instances)
-        losses, positives = self.ranking_losses(anchors, pred_logits, gt_labels, pred_deltas, gt_boxes)
+        boxes = self.dense_boxes(anchors, pred_deltas, gt_boxes)
+        loss = dense_ranking_loss(self.ranking_loss, gt_labels, self.num_classes, pred_logits, boxes)
+        losses = dict(loss.losses)
         if pred_centerness:
-            losses["loss_fcos_ctr"] = self.centerness_loss(positives, pred_centerness[0])
+            losses["loss_fcos_ctr"] = self.centerness_loss(loss.positives, boxes, pred_centerness[0])
         return losses
 
-    def centerness_loss(self, positives: DensePositives, pred_centerness: List[Tensor]) -> Tensor:
+    def centerness_loss(self, positives: PositiveTargets, boxes: DenseBoxes, pred_centerness: List[Tensor]) -> Tensor:
         """FCOS's centre-ness loss: BCE of the positives' centre-ness / EMA of their number per batch."""
-        normalizer = self._ema_update("loss_normalizer", max(len(positives.targets.row), 1), 300)
-        targets = self.compute_ctrness_targets([Boxes(positives.anchors)], [positives.gt_boxes])[0]
-        logits = cat(pred_centerness, dim=1).reshape(-1)[positives.targets.row]
+        normalizer = self._ema_update("loss_normalizer", max(len(positives.row), 1), 300)
+        gathered = boxes.gather(positives)
+        targets = self.compute_ctrness_targets([Boxes(gathered.anchors)], [gathered.gt_boxes])[0]
+        logits = cat(pred_centerness, dim=1).reshape(-1)[positives.row]
         return F.binary_cross_entropy_with_logits(logits, targets, reduction="sum") / normalizer
 
     def forward_inference(self, images: ImageList, features: List[Tensor], predictions: List[List[Tensor]]):

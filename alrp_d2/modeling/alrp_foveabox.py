@@ -3,17 +3,31 @@ Smooth L1 (the paper's AP Loss row)."""
 
 from __future__ import annotations
 
-from typing import Dict
+from typing import Dict, List
 
 from detectron2.config import configurable
 from detectron2.modeling import META_ARCH_REGISTRY
+from detectron2.structures import Boxes
 from torch import Tensor
 
-from ..config import AP_LOC_LOSSES, require_config
-from .dense_head import DensePositives, DenseRankingDetector
+from ..config_check import require_config
+from .dense_boxes import DenseBoxes, DensePositives
+from .dense_ranking_detector import DenseRankingDetector
 from .foveabox import FoveaBox
 
-__all__ = ["AlrpFoveaBox"]
+__all__ = ["FOVEABOX_LOC_TARGETS", "AlrpFoveaBox", "DecodedTargetBoxes"]
+
+#: E_loc's target of aLRP FoveaBox (MODEL.FOVEABOX.ALRP_LOC_TARGET): the ground-truth box, or the box decoded from
+#: the clamped target distances (the official head).
+FOVEABOX_LOC_TARGETS = ("gt_box", "decoded_target")
+
+
+class DecodedTargetBoxes(DenseBoxes):
+    """FoveaBox's rows whose localisation targets are the boxes decoded from their target distances, clamped to
+    [1/16, 16] base edges (the official head's E_loc target)."""
+
+    def target_boxes(self, positives: DensePositives) -> Tensor:
+        return self.box2box_transform.target_boxes(positives.anchors, positives.gt_boxes)
 
 
 @META_ARCH_REGISTRY.register()
@@ -23,47 +37,42 @@ class AlrpFoveaBox(DenseRankingDetector, FoveaBox):
     named "fovea": ``loss_fovea_cls`` and ``loss_fovea_loc``); the positives are the (fovea cell,
     its object's class) pairs.
 
-    With MODEL.ALRP.CLS_LOSS "alrp", E_loc is the GIoU error of the decoded boxes (App. E line
-    12; MODEL.ALRP.LOC_ERROR and TAU, whose paper values "giou" and 0.5 give 1 - GIoU, as the
-    official head), against the ground-truth box or, with MODEL.FOVEABOX.ALRP_LOC_TARGET
-    "decoded_target" (the official head), against the box decoded from the target distances clamped to
-    [1/16, 16] base edges. With an AP loss, the localisation loss is MODEL.FOVEABOX.AP_LOC_LOSS:
-    "smooth_l1" (beta MODEL.FOVEABOX.SMOOTH_L1_BETA, mean over the encoded distances, as the
-    official AP Loss FoveaBox) or "giou".
+    With aLRP Loss, E_loc is the GIoU error of the decoded boxes (App. E line 12; MODEL.ALRP.LOC_ERROR and TAU,
+    whose paper values "giou" and 0.5 give 1 - GIoU, as the official head), against the ground-truth box or, with
+    MODEL.FOVEABOX.ALRP_LOC_TARGET "decoded_target" (the official head), against the box decoded from the target
+    distances clamped to [1/16, 16] base edges. With an AP criterion, the localisation loss is MODEL.ALRP.AP_LOC_LOSS:
+    "smooth_l1" (beta MODEL.FOVEABOX.SMOOTH_L1_BETA, mean over the encoded distances, as the official AP Loss
+    FoveaBox) or "giou".
     """
 
     ranking_loss_name = "fovea"
 
     @configurable
-    def __init__(self, *, ap_loc_loss: str, loc_target: str = "gt_box", **kwargs):
+    def __init__(self, *, loc_target: str = "gt_box", **kwargs):
         """
         Args:
-            ap_loc_loss: localisation loss with an AP loss, "smooth_l1" or "giou".
-            loc_target: E_loc's target, "gt_box" or "decoded_target".
+            loc_target: the localisation target, one of :data:`FOVEABOX_LOC_TARGETS`.
             kwargs: :class:`DenseRankingDetector` and :class:`FoveaBox` arguments.
         """
         super().__init__(**kwargs)
-        self.ap_loc_loss = ap_loc_loss
+        if loc_target not in FOVEABOX_LOC_TARGETS:
+            raise ValueError(f"loc_target must be one of {FOVEABOX_LOC_TARGETS}, got {loc_target!r}")
         self.loc_target = loc_target
 
     @classmethod
     def from_config(cls, cfg) -> Dict:
         ret = super().from_config(cfg)
-        ap_loc_loss = cfg.MODEL.FOVEABOX.AP_LOC_LOSS
+        loc_target = cfg.MODEL.FOVEABOX.ALRP_LOC_TARGET
         require_config(
-            ap_loc_loss in AP_LOC_LOSSES, "MODEL.FOVEABOX.AP_LOC_LOSS", ap_loc_loss, f"one of {AP_LOC_LOSSES}"
+            loc_target in FOVEABOX_LOC_TARGETS,
+            "MODEL.FOVEABOX.ALRP_LOC_TARGET",
+            loc_target,
+            f"must be one of {FOVEABOX_LOC_TARGETS}",
         )
-        ret["ap_loc_loss"] = ap_loc_loss
-        ret["loc_target"] = cfg.MODEL.FOVEABOX.ALRP_LOC_TARGET
+        ret["loc_target"] = loc_target
         return ret
 
-    def positive_loc_errors(self, positives: DensePositives) -> Tensor:
-        """E_loc of the decoded boxes against the ground truths or their clamped targets' boxes; with an AP
-        loss and "smooth_l1", the Smooth L1 of each positive's encoded distances, averaged over the four."""
-        if self.ranking_loss.cls_loss != "alrp" and self.ap_loc_loss == "smooth_l1":
-            return positives.smooth_l1(self.box2box_transform, self.smooth_l1_beta)
-        if self.loc_target == "gt_box":
-            return super().positive_loc_errors(positives)
-        pred_boxes = self.box2box_transform.apply_deltas(positives.pred_deltas, positives.anchors)
-        target_boxes = self.box2box_transform.target_boxes(positives.anchors, positives.gt_boxes)
-        return self.ranking_loss.loc_errors(pred_boxes, target_boxes)
+    def dense_boxes(self, anchors: List[Boxes], pred_anchor_deltas: List[Tensor], gt_boxes: List[Tensor]) -> DenseBoxes:
+        """The rows' boxes, whose targets are the ground truths or their clamped targets' boxes."""
+        boxes = DecodedTargetBoxes if self.loc_target == "decoded_target" else DenseBoxes
+        return boxes(self.box2box_transform, anchors, pred_anchor_deltas, gt_boxes, self.smooth_l1_beta)

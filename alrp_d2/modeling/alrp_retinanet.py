@@ -10,23 +10,28 @@ from detectron2.modeling import META_ARCH_REGISTRY, RetinaNet
 from detectron2.structures import Boxes, Instances
 from torch import Tensor
 
+from ..config_check import require_config, require_integer
 from .atss import AtssMatcher
-from .dense_head import DensePositives, DenseRankingDetector, label_anchors_batched
+from .batch_matcher import label_anchors_batched
+from .dense_ranking_detector import DenseRankingDetector
 from .low_quality_matcher import MinIoULowQualityMatcher
 from .official_inference import OfficialOrderInference
 from .postprocessing import KeepEmptyDetections
 
-__all__ = ["AlrpRetinaNet"]
+__all__ = ["MATCHERS", "AlrpRetinaNet"]
+
+#: Anchor assignment of :class:`AlrpRetinaNet` (MODEL.ALRP.MATCHER): detectron2's IoU Matcher or ATSS.
+MATCHERS = ("iou", "atss")
 
 
 @META_ARCH_REGISTRY.register()
 class AlrpRetinaNet(DenseRankingDetector, KeepEmptyDetections, OfficialOrderInference, RetinaNet):
-    """RetinaNet (head, anchors, inference of detectron2) whose training loss is one aLRP Loss
-    ranking over all anchors x classes of all images of the per-device batch
+    """RetinaNet (head, anchors, inference of detectron2) whose training loss is one ranking (aLRP Loss, or the
+    criterion of MODEL.ALRP.CRITERION) over all anchors x classes of all images of the per-device batch
     (:class:`~alrp_d2.modeling.HeadRankingLoss` named "retinanet": ``loss_retinanet_cls`` and
-    ``loss_retinanet_loc``); the positives are the (anchor, its GT class) pairs. E_loc is computed
-    on decoded boxes; with an AP loss and MODEL.ALRP.AP_LOC_LOSS "smooth_l1" the localisation loss is the
-    Smooth L1 (beta MODEL.RETINANET.SMOOTH_L1_LOSS_BETA) of the encoded deltas (the official AP Loss RetinaNet).
+    ``loss_retinanet_loc``); the positives are the (anchor, its GT class) pairs. The criterion reads the boxes
+    decoded from the positives' deltas, or with an AP criterion and MODEL.ALRP.AP_LOC_LOSS "smooth_l1" the Smooth L1
+    (beta MODEL.RETINANET.SMOOTH_L1_LOSS_BETA) of the encoded deltas (the official AP Loss RetinaNet).
 
     Anchors are labelled by detectron2's IoU ``Matcher`` (MODEL.RETINANET.IOU_THRESHOLDS; the ground truth of a
     low-quality match as MODEL.ALRP.LOW_QUALITY_MATCH_GT, :class:`MinIoULowQualityMatcher`) or, with
@@ -36,29 +41,26 @@ class AlrpRetinaNet(DenseRankingDetector, KeepEmptyDetections, OfficialOrderInfe
     """
 
     ranking_loss_name = "retinanet"
-    rank_sort_supported = True
 
     @configurable
-    def __init__(
-        self, *, official_inference: bool, keep_empty_detections: bool = False, ap_loc_loss: str = "giou", **kwargs
-    ):
+    def __init__(self, *, official_inference: bool, keep_empty_detections: bool = False, **kwargs):
         """
         Args:
             official_inference: select detections as the official (mmdetection 2.x) test does.
             keep_empty_detections: keep the detections that clipping made empty.
-            ap_loc_loss: localisation loss with an AP loss, "giou" (E_loc) or "smooth_l1".
             kwargs: :class:`DenseRankingDetector` and :class:`detectron2.modeling.RetinaNet` arguments.
         """
         super().__init__(**kwargs)
         self.official_inference = official_inference
         self.keep_empty_detections = keep_empty_detections
-        self.ap_loc_loss = ap_loc_loss
 
     @classmethod
     def from_config(cls, cfg) -> Dict:
         ret = super().from_config(cfg)
         alrp = cfg.MODEL.ALRP
+        require_config(alrp.MATCHER in MATCHERS, "MODEL.ALRP.MATCHER", alrp.MATCHER, f"must be one of {MATCHERS}")
         if alrp.MATCHER == "atss":
+            require_integer("MODEL.ALRP.ATSS_TOPK", alrp.ATSS_TOPK, 1)
             ret["anchor_matcher"] = AtssMatcher(alrp.ATSS_TOPK)
         else:
             retinanet = cfg.MODEL.RETINANET
@@ -67,15 +69,7 @@ class AlrpRetinaNet(DenseRankingDetector, KeepEmptyDetections, OfficialOrderInfe
             )
         ret["official_inference"] = alrp.OFFICIAL_INFERENCE
         ret["keep_empty_detections"] = cfg.TEST.KEEP_EMPTY_DETECTIONS
-        ret["ap_loc_loss"] = alrp.AP_LOC_LOSS
         return ret
-
-    def positive_loc_errors(self, positives: DensePositives) -> Tensor:
-        """E_loc of the decoded boxes; with an AP loss and "smooth_l1", the Smooth L1 of each positive's encoded
-        deltas, averaged over the four."""
-        if self.ranking_loss.cls_loss != "alrp" and self.ap_loc_loss == "smooth_l1":
-            return positives.smooth_l1(self.box2box_transform, self.smooth_l1_beta)
-        return super().positive_loc_errors(positives)
 
     @torch.no_grad()
     def label_anchors(self, anchors: List[Boxes], gt_instances: List[Instances]) -> Tuple[List[Tensor], List[Tensor]]:

@@ -4,21 +4,22 @@ heads of RS R-CNN and RS Mask R-CNN (Oksuz et al., ICCV 2021)."""
 
 from __future__ import annotations
 
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 from detectron2.config import CfgNode, configurable
 from detectron2.layers import ShapeSpec, cat
 from detectron2.modeling import ROI_HEADS_REGISTRY, StandardROIHeads
 from detectron2.modeling.roi_heads import FastRCNNOutputLayers, select_foreground_proposals
-from detectron2.structures import Instances
+from detectron2.structures import ImageList, Instances
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from ..config import require_config
-from ..losses.localisation_error import paired_iou_giou
-from .rank_sort_mask_head import RANK_SORT_MASK_HEAD, RankSortMaskHead
-from .ranking_loss import HeadRankingLoss, PositiveTargets, RankSortTargets, Targets
+from .correlation_term import correlation_terms
+from .head_ranking_loss import HeadLoss, HeadRankingLoss
+from .proposal_boxes import ProposalBoxes
+from .rank_sort_mask_head import RankSortMaskHead
+from .ranking_targets import RowLabels
 
 __all__ = ["AlrpFastRCNNOutputLayers", "AlrpROIHeads"]
 
@@ -33,12 +34,11 @@ class AlrpFastRCNNOutputLayers(FastRCNNOutputLayers):
     decoded from the GT class's deltas. Losses: ``loss_box_cls`` and ``loss_box_loc``
     (:class:`HeadRankingLoss` named "box"). Inference scores are the sigmoid scores.
 
-    With MODEL.ALRP.CLS_LOSS "rank_sort" it is the box head of RS R-CNN (the official
+    With MODEL.ALRP.CRITERION "RankSortCriterion" it is the box head of RS R-CNN (the official
     ``RankBasedShared2FCBBoxHead``): RS Loss ranks all (proposal, class) pairs with the IoUs of the
     positives' decoded boxes as targets, and the GIoU loss of every positive is weighted by the
     proposal's detached best class score and balanced by the loss values of the step (see
-    :class:`HeadRankingLoss`). Every proposal then holds that score as ``box_weight``, which weights
-    its mask loss in RS Mask R-CNN (:class:`RankSortMaskHead`).
+    :class:`~alrp_d2.modeling.RankSortCriterion`).
     """
 
     @configurable
@@ -62,22 +62,18 @@ class AlrpFastRCNNOutputLayers(FastRCNNOutputLayers):
                 "Invalid config value MODEL.ROI_BOX_HEAD.CLS_AGNOSTIC_BBOX_REG=True: "
                 "aLRP Faster R-CNN regresses class-specific boxes (App. G.4)"
             )
-        alrp = cfg.MODEL.ALRP
         ret = super().from_config(cfg, input_shape)
-        rank_sort_mask = cfg.MODEL.MASK_ON and cfg.MODEL.ROI_MASK_HEAD.NAME == RANK_SORT_MASK_HEAD
-        require_config(
-            not rank_sort_mask or alrp.CLS_LOSS == "rank_sort",
-            "MODEL.ALRP.CLS_LOSS",
-            alrp.CLS_LOSS,
-            f"must be 'rank_sort' with MODEL.ROI_MASK_HEAD.NAME {RANK_SORT_MASK_HEAD!r}, whose loss is balanced by "
-            "the box head's Rank & Sort Loss",
-        )
+        rank_sort_mask = cfg.MODEL.MASK_ON and cfg.MODEL.ROI_MASK_HEAD.NAME == RankSortMaskHead.__name__
         ret["ranking_loss"] = HeadRankingLoss.from_config(
-            cfg, "box", delta=alrp.DELTA, tau=alrp.TAU, balanced_tasks=("mask",) if rank_sort_mask else ()
+            cfg, "box", balanced_tasks=("mask",) if rank_sort_mask else (), terms=correlation_terms(cfg)
         )
         return ret
 
     def losses(self, predictions: Predictions, proposals: List[Instances]) -> Dict[str, Tensor]:
+        """The ranking loss of all proposals x classes of the batch (:meth:`ranking_losses`)."""
+        return self.ranking_losses(predictions, proposals).losses
+
+    def ranking_losses(self, predictions: Predictions, proposals: List[Instances]) -> HeadLoss:
         """The ranking loss of all proposals x classes of the batch (``gt_classes``: class in [0, K)
         for positives, K for background, as labelled by :class:`AlrpROIHeads`). A batch without
         proposals gives zero losses."""
@@ -87,29 +83,10 @@ class AlrpFastRCNNOutputLayers(FastRCNNOutputLayers):
         # Images without GT have no gt_boxes; their proposals are all negatives.
         gt_boxes = cat([(p.gt_boxes if p.has("gt_boxes") else p.proposal_boxes).tensor for p in proposals], dim=0)
         class_deltas = proposal_deltas.reshape(len(gt_classes), self.num_classes, proposal_boxes.shape[1])
-
-        targets: Targets
-        if self.ranking_loss.value_balanced:
-            targets = RankSortTargets.of_labels(
-                gt_classes, self.num_classes, self._overlaps(class_deltas, gt_classes, proposal_boxes, gt_boxes)
-            )
-            weights = scores.detach().sigmoid().amax(dim=1).split([len(proposal) for proposal in proposals])
-            for proposal, weight in zip(proposals, weights):
-                proposal.box_weight = weight
-        else:
-            targets = PositiveTargets.of_labels(gt_classes, self.num_classes)
-        box = targets.box
-        pred_boxes = self.box2box_transform.apply_deltas(class_deltas[box.row, box.label], proposal_boxes[box.row])
-        loc_errors = self.ranking_loss.loc_errors(pred_boxes, gt_boxes[box.row])
-        return self.ranking_loss(scores, targets, loc_errors)
-
-    @torch.no_grad()
-    def _overlaps(self, class_deltas: Tensor, gt_classes: Tensor, proposal_boxes: Tensor, gt_boxes: Tensor) -> Tensor:
-        """(R,) the IoU of every proposal's box decoded from its GT class's deltas with its matched box
-        (any class for background proposals): Rank & Sort Loss's targets."""
-        rows = torch.arange(len(gt_classes), device=gt_classes.device)
-        deltas = class_deltas[rows, gt_classes.clamp(0, self.num_classes - 1)]
-        return paired_iou_giou(self.box2box_transform.apply_deltas(deltas, proposal_boxes), gt_boxes)[0]
+        boxes = ProposalBoxes(
+            self.box2box_transform, class_deltas, proposal_boxes, gt_boxes, gt_classes, self.smooth_l1_beta
+        )
+        return self.ranking_loss(scores, RowLabels(gt_classes, self.num_classes), boxes)
 
     def predict_probs(self, predictions: Predictions, proposals: List[Instances]) -> Tuple[Tensor, ...]:
         """Sigmoid scores (App. G.4) with a zero background column, which detectron2's
@@ -127,10 +104,11 @@ class AlrpROIHeads(StandardROIHeads):
     POSITIVE_FRACTION are unused.
 
     With MODEL.MASK_ON and MODEL.ROI_MASK_HEAD.NAME "RankSortMaskHead" (RS Mask R-CNN, the official
-    ``RankBasedStandardRoIHead``), at most MODEL.ALRP.MASK_MAX_POSITIVES foreground proposals of the
-    batch, a random subset when there are more, train the mask head, and its loss is balanced as the
-    box loss: ``loss_mask = (L_rank + L_sort) / L_mask * L_mask`` with the box head's values
-    (:meth:`HeadRankingLoss.balance_task`).
+    ``RankBasedStandardRoIHead``), training passes the box head's results to the mask head explicitly: each
+    foreground proposal's mask loss is weighted by its detached best class score, at most
+    MODEL.ALRP.MASK_MAX_POSITIVES foreground proposals of the batch (a random subset when there are more) train the
+    mask head, and its loss is balanced as the box loss: ``loss_mask = (L_rank + L_sort) / L_mask * L_mask`` with
+    the box head's values of the step (:meth:`HeadRankingLoss.balance_task`).
     """
 
     @classmethod
@@ -139,23 +117,46 @@ class AlrpROIHeads(StandardROIHeads):
         ret["box_predictor"] = AlrpFastRCNNOutputLayers(cfg, ret["box_head"].output_shape)
         return ret
 
-    def _forward_mask(self, features: Dict[str, Tensor], instances: List[Instances]):
-        """detectron2's mask branch; in training with a :class:`RankSortMaskHead`, on at most
-        ``max_positives`` foreground proposals, with the loss balanced by the box head's RS Loss."""
-        mask_head = getattr(self, "mask_head", None)
-        if not (self.training and isinstance(mask_head, RankSortMaskHead)):
-            return super()._forward_mask(features, instances)
-        foreground, _ = select_foreground_proposals(instances, self.num_classes)
-        instances = mask_head.subsample(foreground)
+    def forward(
+        self,
+        images: ImageList,
+        features: Dict[str, Tensor],
+        proposals: List[Instances],
+        targets: Optional[List[Instances]] = None,
+    ):
+        """detectron2's ``forward``; in training with a :class:`RankSortMaskHead`, the box head's scores and loss
+        values reach the mask head as arguments."""
+        if not (self.training and isinstance(getattr(self, "mask_head", None), RankSortMaskHead)):
+            return super().forward(images, features, proposals, targets)
+        proposals = self.label_and_sample_proposals(proposals, targets)
+        box_features = self.box_pooler(
+            [features[f] for f in self.box_in_features], [x.proposal_boxes for x in proposals]
+        )
+        predictions = self.box_predictor(self.box_head(box_features))
+        box = self.box_predictor.ranking_losses(predictions, proposals)
+        losses = dict(box.losses)
+        score_weights = predictions[0].detach().sigmoid().amax(dim=1)
+        losses["loss_mask"] = self._rank_sort_mask_loss(features, proposals, score_weights, box.task_value)
+        losses.update(self._forward_keypoint(features, proposals))
+        return proposals, losses
+
+    def _rank_sort_mask_loss(
+        self, features: Dict[str, Tensor], proposals: List[Instances], score_weights: Tensor, task_value: Tensor
+    ) -> Tensor:
+        """The loss of the :class:`RankSortMaskHead` on at most ``max_positives`` foreground proposals, weighted by
+        their (R,) ``score_weights`` and balanced by the box head's ``task_value``."""
+        mask_head: RankSortMaskHead = self.mask_head
+        foreground, selected = select_foreground_proposals(proposals, self.num_classes)
+        instances, weights = mask_head.subsample(foreground, score_weights[cat(selected)])
         # detectron2's _forward_mask in training, without selecting the foreground again (a sync per image).
         if self.mask_pooler is not None:
-            boxes = [x.proposal_boxes for x in instances]
-            mask_features = self.mask_pooler([features[f] for f in self.mask_in_features], boxes)
+            mask_features = self.mask_pooler(
+                [features[f] for f in self.mask_in_features], [x.proposal_boxes for x in instances]
+            )
         else:
             mask_features = {f: features[f] for f in self.mask_in_features}
-        losses = mask_head(mask_features, instances)
-        box_loss = self.box_predictor.ranking_loss
-        return {"loss_mask": box_loss.balance_task("mask", losses["loss_mask"])}
+        loss = mask_head.weighted_loss(mask_features, instances, weights)
+        return self.box_predictor.ranking_loss.balance_task("mask", loss, task_value)
 
     def _sample_proposals(
         self, matched_idxs: Tensor, matched_labels: Tensor, gt_classes: Tensor

@@ -13,10 +13,12 @@ from detectron2.modeling.proposal_generator import RPN
 from detectron2.structures import Boxes
 from torch import Tensor, nn
 
-from ..config import validate_alrp_config
-from .dense_head import DensePositives, dense_ranking_loss, dense_targets
+from ..config_check import require_config
+from .correlation_term import correlation_terms
+from .dense_boxes import DenseBoxes
+from .dense_ranking_detector import dense_ranking_loss
+from .head_ranking_loss import HeadRankingLoss
 from .low_quality_matcher import MinIoULowQualityMatcher
-from .ranking_loss import HeadRankingLoss
 
 __all__ = ["AlrpRPN", "MinIoULowQualityRPN"]
 
@@ -31,7 +33,6 @@ class MinIoULowQualityRPN(RPN):
 
     @classmethod
     def from_config(cls, cfg: CfgNode, input_shape: Dict[str, ShapeSpec]) -> Dict:
-        validate_alrp_config(cfg)
         alrp = cfg.MODEL.ALRP
         ret = super().from_config(cfg, input_shape)
         ret["anchor_matcher"] = MinIoULowQualityMatcher(
@@ -51,8 +52,8 @@ class AlrpRPN(MinIoULowQualityRPN):
     no sampling (App. G.4). E_loc is computed on the decoded boxes of the positives with
     tau = MODEL.ALRP.RPN_TAU, the RPN's positive threshold; both components are weighted by
     MODEL.ALRP.RPN_WEIGHT (Sec. 5.4). Anchors are labelled as :class:`MinIoULowQualityRPN`'s. Losses:
-    ``loss_rpn_cls`` and ``loss_rpn_loc`` (:class:`HeadRankingLoss` named "rpn"). With MODEL.ALRP.CLS_LOSS
-    "rank_sort" it is RS R-CNN's RPN (the official ``RankBasedRPNHead``): Rank & Sort Loss with the IoUs of the
+    ``loss_rpn_cls`` and ``loss_rpn_loc`` (:class:`HeadRankingLoss` named "rpn"). With MODEL.ALRP.CRITERION
+    "RankSortCriterion" it is RS R-CNN's RPN (the official ``RankBasedRPNHead``): Rank & Sort Loss with the IoUs of the
     positives' decoded boxes as targets and their GIoU loss weighted by their objectness and balanced by the
     loss values of the step.
     """
@@ -70,9 +71,15 @@ class AlrpRPN(MinIoULowQualityRPN):
     @classmethod
     def from_config(cls, cfg: CfgNode, input_shape: Dict[str, ShapeSpec]) -> Dict:
         alrp = cfg.MODEL.ALRP
+        require_config(alrp.RPN_WEIGHT > 0, "MODEL.ALRP.RPN_WEIGHT", alrp.RPN_WEIGHT, "must be > 0")
         ret = super().from_config(cfg, input_shape)
         ret["ranking_loss"] = HeadRankingLoss.from_config(
-            cfg, "rpn", delta=alrp.RPN_DELTA, tau=alrp.RPN_TAU, loss_weight=alrp.RPN_WEIGHT
+            cfg,
+            "rpn",
+            delta_key="RPN_DELTA",
+            tau_key="RPN_TAU",
+            loss_weight=alrp.RPN_WEIGHT,
+            terms=correlation_terms(cfg),
         )
         return ret
 
@@ -89,9 +96,8 @@ class AlrpRPN(MinIoULowQualityRPN):
         gt_boxes: List[Tensor],
     ) -> Dict[str, Tensor]:
         """The ranking loss of the batch over the anchors labelled 1 (positive) or 0 (negative)."""
-        targets = dense_targets(
-            self.ranking_loss, gt_labels, None, self.box2box_transform, anchors, pred_anchor_deltas, gt_boxes
+        boxes = DenseBoxes(self.box2box_transform, anchors, pred_anchor_deltas, gt_boxes, self.smooth_l1_beta)
+        loss = dense_ranking_loss(
+            self.ranking_loss, gt_labels, None, pred_objectness_logits, boxes, "rpn/num_pos_anchors"
         )
-        positives = DensePositives.gather(targets.box, anchors, pred_anchor_deltas, gt_boxes)
-        loc_errors = positives.loc_errors(self.ranking_loss, self.box2box_transform)
-        return dense_ranking_loss(self.ranking_loss, targets, loc_errors, pred_objectness_logits, "rpn/num_pos_anchors")
+        return loss.losses

@@ -30,10 +30,14 @@ from detectron2.modeling.backbone.fpn import (
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from ..config import FROZEN_STATS_BN
 from .deform_conv import with_cpu_deform_conv
 
 __all__ = [
+    "FPN_KEY_BACKBONES",
+    "FPN_WEIGHT_INITS",
+    "FROZEN_STATS_BN",
+    "FROZEN_STATS_BN_BACKBONES",
+    "P7_BACKBONES",
     "FrozenStatsBatchNorm2d",
     "LastLevelP6P7WithoutReLU",
     "configure_fpn",
@@ -42,6 +46,21 @@ __all__ = [
     "build_fcos_resnet_fpn_backbone",
     "build_with_frozen_stats_bn",
 ]
+
+# Paper recipe: the norm of the official ResNets (BN statistics frozen, affine trained) and the registered backbones
+# that build it and read the MODEL.FPN keys below.
+FROZEN_STATS_BN = "FrozenStatsBN"
+FROZEN_STATS_BN_BACKBONES = (
+    "build_alrp_resnet_fpn_backbone",
+    "build_alrp_retinanet_resnet_fpn_backbone",
+    "build_fcos_resnet_fpn_backbone",
+)
+# Backbones that read MODEL.FPN.RELU_BEFORE_P7 (those with a P6-P7 top block), and the other MODEL.FPN keys.
+P7_BACKBONES = ("build_alrp_retinanet_resnet_fpn_backbone", "build_fcos_resnet_fpn_backbone")
+FPN_KEY_BACKBONES = FROZEN_STATS_BN_BACKBONES
+# Initialisation of the FPN's convolutions (MODEL.FPN.WEIGHT_INIT): detectron2's c2_xavier_fill or mmdetection's
+# xavier_uniform.
+FPN_WEIGHT_INITS = ("c2_xavier_fill", "xavier_uniform")
 
 
 class FrozenStatsBatchNorm2d(nn.BatchNorm2d):

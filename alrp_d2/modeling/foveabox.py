@@ -18,8 +18,9 @@ from detectron2.utils.events import get_event_storage
 from fvcore.nn import sigmoid_focal_loss_jit, smooth_l1_loss
 from torch import Tensor
 
-from ..config import require_config
-from .dense_head import dense_head_inputs, label_anchors_batched
+from ..config_check import require_config
+from .batch_matcher import label_anchors_batched
+from .dense_head_inputs import dense_head_inputs
 from .official_inference import OfficialOrderInference
 from .padding import valid_entries
 from .postprocessing import KeepEmptyDetections
@@ -99,7 +100,7 @@ class FoveaMatcher:
 
     @torch.no_grad()
     def match_batch(self, gt_boxes: Tensor, num_gt: List[int], anchors: List[Boxes]) -> Tuple[Tensor, Tensor]:
-        """See :class:`alrp_d2.modeling.dense_head.BatchMatcher`; ``anchors`` are the cells of
+        """See :class:`alrp_d2.modeling.batch_matcher.BatchMatcher`; ``anchors`` are the cells of
         each level (squares centred on the cell centres)."""
         max_gt = gt_boxes.shape[1]
         valid = valid_entries(num_gt, max_gt, gt_boxes.device)

@@ -9,9 +9,13 @@ import torch
 from detectron2.modeling.matcher import Matcher
 from torch import Tensor
 
-from ..config import LOW_QUALITY_MATCH_GTS
+__all__ = ["LOW_QUALITY_MATCH_GTS", "MinIoULowQualityMatcher"]
 
-__all__ = ["MinIoULowQualityMatcher"]
+# The ground truth of a low-quality match (a ground truth's best anchor below the positive IoU;
+# MODEL.ALRP.LOW_QUALITY_MATCH_GT): "max_iou", the one the anchor overlaps most (detectron2's Matcher); "best_anchor",
+# the one it is the best anchor of, the last such ground truth when several are (mmdetection's MaxIoUAssigner, the
+# official code).
+LOW_QUALITY_MATCH_GTS = ("max_iou", "best_anchor")
 
 
 class MinIoULowQualityMatcher(Matcher):

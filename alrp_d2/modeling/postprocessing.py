@@ -1,18 +1,17 @@
 """Detections in the input image's resolution, optionally keeping the boxes that clipping made empty, as
-mmdetection does (``TEST.KEEP_EMPTY_DETECTIONS``; docs/paper_notes.md, "Zero-area boxes")."""
+mmdetection does (``TEST.KEEP_EMPTY_DETECTIONS``; docs/paper_notes.md, "Zero-area boxes"), and the mixin that does
+it for dense detectors."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
-from detectron2.config import configurable
-from detectron2.modeling import META_ARCH_REGISTRY, GeneralizedRCNN
 from detectron2.modeling.meta_arch.dense_detector import DenseDetector
 from detectron2.modeling.postprocessing import detector_postprocess
 from detectron2.structures import Instances, ROIMasks
 from torch import Tensor
 
-__all__ = ["AlrpGeneralizedRCNN", "KeepEmptyDetections", "postprocess_detections"]
+__all__ = ["KeepEmptyDetections", "postprocess_batch", "postprocess_detections"]
 
 MASK_THRESHOLD = 0.5  # detectron2's detector_postprocess default
 
@@ -34,7 +33,7 @@ def postprocess_detections(results: Instances, height: int, width: int, keep_emp
     return results
 
 
-def _postprocess_batch(results: List[Instances], batched_inputs: List[Dict[str, Any]], image_sizes) -> List[Dict]:
+def postprocess_batch(results: List[Instances], batched_inputs: List[Dict[str, Any]], image_sizes) -> List[Dict]:
     return [
         {"instances": postprocess_detections(r, x.get("height", size[0]), x.get("width", size[1]), True)}
         for r, x, size in zip(results, batched_inputs, image_sizes)
@@ -54,37 +53,4 @@ class KeepEmptyDetections(DenseDetector):
         features = self.backbone(images.tensor)
         features = [features[f] for f in self.head_in_features]
         results = self.forward_inference(images, features, self.head(features))
-        return _postprocess_batch(results, batched_inputs, images.image_sizes)
-
-
-@META_ARCH_REGISTRY.register()
-class AlrpGeneralizedRCNN(GeneralizedRCNN):
-    """detectron2's ``GeneralizedRCNN`` whose inference keeps the empty boxes with TEST.KEEP_EMPTY_DETECTIONS
-    (the official Faster R-CNN models); otherwise unchanged."""
-
-    @configurable
-    def __init__(self, *, keep_empty_detections: bool = False, **kwargs):
-        """
-        Args:
-            keep_empty_detections: keep the detections that clipping made empty.
-            kwargs: :class:`detectron2.modeling.GeneralizedRCNN` arguments.
-        """
-        super().__init__(**kwargs)
-        self.keep_empty_detections = keep_empty_detections
-
-    @classmethod
-    def from_config(cls, cfg) -> Dict[str, Any]:
-        ret = super().from_config(cfg)
-        ret["keep_empty_detections"] = cfg.TEST.KEEP_EMPTY_DETECTIONS
-        return ret
-
-    def inference(
-        self,
-        batched_inputs: List[Dict[str, Tensor]],
-        detected_instances: Optional[List[Instances]] = None,
-        do_postprocess: bool = True,
-    ):
-        if not (do_postprocess and self.keep_empty_detections):
-            return super().inference(batched_inputs, detected_instances, do_postprocess)
-        results = super().inference(batched_inputs, detected_instances, do_postprocess=False)
-        return _postprocess_batch(results, batched_inputs, [r.image_size for r in results])
+        return postprocess_batch(results, batched_inputs, images.image_sizes)

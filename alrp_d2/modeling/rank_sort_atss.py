@@ -40,8 +40,8 @@ class LevelScaledRetinaNetHead(RetinaNetHead):
 class RankSortATSS(AlrpRetinaNet):
     """:class:`AlrpRetinaNet` with the ATSS head (:class:`LevelScaledRetinaNetHead`; GroupNorm from
     MODEL.RETINANET.NORM), the ranking loss named "atss" (``loss_atss_cls``, ``loss_atss_loc``). With
-    MODEL.ALRP.CLS_LOSS "rank_sort" and MATCHER "atss" it is RS-ATSS (``configs/rs_atss_R50_FPN_1x.yaml``): one RS
-    Loss over all anchors x classes of the batch with the IoUs of the positives' decoded boxes as targets, and
+    MODEL.ALRP.CRITERION "RankSortCriterion" and MATCHER "atss" it is RS-ATSS (``configs/rs_atss_R50_FPN_1x.yaml``):
+    one RS Loss over all anchors x classes of the batch with the IoUs of the positives' decoded boxes as targets, and
     the GIoU loss of each positive weighted by its detached best class score and balanced by the loss values of
     the step (:class:`~alrp_d2.modeling.HeadRankingLoss`); no centre-ness."""
 

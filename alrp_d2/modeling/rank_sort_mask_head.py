@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 from bisect import bisect_left
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 import torch
 from detectron2.config import CfgNode, configurable
@@ -14,11 +14,10 @@ from detectron2.modeling.roi_heads import ROI_MASK_HEAD_REGISTRY, MaskRCNNConvUp
 from detectron2.structures import Instances
 from torch import Tensor
 
+from ..config_check import require_integer
 from ..losses.global_ranking import global_weighted_mean, ranking_group
 
-__all__ = ["RANK_SORT_MASK_HEAD", "RankSortMaskHead", "dice_losses"]
-
-RANK_SORT_MASK_HEAD = "RankSortMaskHead"
+__all__ = ["RankSortMaskHead", "dice_losses"]
 
 #: Added to the Dice denominator (the official ``dice_coefficient``).
 DICE_EPS = 1e-5
@@ -38,10 +37,10 @@ class RankSortMaskHead(MaskRCNNConvUpsampleHead):
     """detectron2's ``MaskRCNNConvUpsampleHead`` (layers and inference) trained as the official RS mask
     head: the Dice loss (:func:`dice_losses`) of each positive's sigmoid mask at its ground-truth class
     against its ground-truth mask in the proposal box (cropped as detectron2's ``mask_rcnn_loss`` does),
-    averaged with the weights ``box_weight`` of the positives (their detached best class score, set by
-    the box head trained with Rank & Sort Loss), over all workers with MODEL.ALRP.RANKING "global".
-    :class:`~alrp_d2.modeling.AlrpROIHeads` gives it at most ``max_positives`` positives of the batch
-    (:meth:`subsample`) and balances its ``loss_mask`` by the box head's RS Loss.
+    averaged with the weights of the positives (their detached best class score in the box head trained with Rank
+    & Sort Loss), over all workers with MODEL.ALRP.RANKING "global". It is trained by
+    :class:`~alrp_d2.modeling.AlrpROIHeads`, which passes it at most ``max_positives`` positives of the batch with
+    their weights (:meth:`subsample`, :meth:`weighted_loss`) and balances the loss by the box head's RS Loss.
     """
 
     @configurable
@@ -60,33 +59,33 @@ class RankSortMaskHead(MaskRCNNConvUpsampleHead):
     @classmethod
     def from_config(cls, cfg: CfgNode, input_shape: ShapeSpec) -> Dict:
         ret = super().from_config(cfg, input_shape)
+        require_integer("MODEL.ALRP.MASK_MAX_POSITIVES", cfg.MODEL.ALRP.MASK_MAX_POSITIVES, 1)
         ret.update(max_positives=cfg.MODEL.ALRP.MASK_MAX_POSITIVES, ranking=cfg.MODEL.ALRP.RANKING)
         return ret
 
     def forward(self, x: Tensor, instances: List[Instances]):
-        """In training ``{"loss_mask": ...}``, the score-weighted mean Dice loss of the positives
-        ``instances`` (their fields ``proposal_boxes``, ``gt_classes``, ``gt_masks``, ``box_weight``);
-        in inference detectron2's."""
-        if not self.training:
-            return super().forward(x, instances)
-        return {"loss_mask": self.loss_weight * self.weighted_dice_loss(self.layers(x), instances)}
-
-    def weighted_dice_loss(self, mask_logits: Tensor, instances: List[Instances]) -> Tensor:
-        """The mean Dice loss of the (B, K or 1, M, M) mask logits of the ``instances`` of the batch,
-        weighted by their ``box_weight``; 0 (connected to the logits) without positives."""
-        if any(len(image) and not image.has("box_weight") for image in instances):
-            raise ValueError(
-                f"{RANK_SORT_MASK_HEAD} weights each mask by the box head's score ('box_weight' of the "
-                "proposals): use MODEL.ROI_HEADS.NAME 'AlrpROIHeads' with MODEL.ALRP.CLS_LOSS 'rank_sort'"
+        """detectron2's inference; training goes through :meth:`weighted_loss`, with the box head's weights."""
+        if self.training:
+            raise RuntimeError(
+                f"{type(self).__name__} weights each mask by the box head's score: it is trained by "
+                "MODEL.ROI_HEADS.NAME 'AlrpROIHeads' with MODEL.ALRP.CRITERION 'RankSortCriterion'"
             )
+        return super().forward(x, instances)
+
+    def weighted_loss(self, x: Tensor, instances: List[Instances], weights: Tensor) -> Tensor:
+        """``loss_mask``: the mean Dice loss of the positives ``instances`` (their fields ``proposal_boxes``,
+        ``gt_classes``, ``gt_masks``) weighted by the (B,) ``weights``, from their mask features ``x``."""
+        return self.loss_weight * self.weighted_dice_loss(self.layers(x), instances, weights)
+
+    def weighted_dice_loss(self, mask_logits: Tensor, instances: List[Instances], weights: Tensor) -> Tensor:
+        """The mean Dice loss of the (B, K or 1, M, M) mask logits of the ``instances`` of the batch,
+        weighted by the (B,) ``weights``; 0 (connected to the logits) without positives."""
         images = [image for image in instances if len(image)]
         side = mask_logits.shape[-1]
         if not images:
             gt_masks = mask_logits.new_zeros(0, side, side)
-            weights = mask_logits.new_zeros(0)
         else:
             gt_masks = cat([image.gt_masks.crop_and_resize(image.proposal_boxes.tensor, side) for image in images])
-            weights = cat([image.box_weight for image in images])
         if mask_logits.shape[1] == 1:
             logits = mask_logits[:, 0]
         else:
@@ -95,13 +94,13 @@ class RankSortMaskHead(MaskRCNNConvUpsampleHead):
         losses = dice_losses(logits.float().sigmoid(), gt_masks.to(device=logits.device, dtype=torch.float32))
         return global_weighted_mean(losses, weights, ranking_group(self.ranking))
 
-    def subsample(self, instances: List[Instances]) -> List[Instances]:
-        """The per-image positives of the batch, or a uniformly random subset of ``max_positives`` of
-        them when there are more (the official resampling; python's ``random``, which the trainer seeds
-        per step, so that a resumed run draws the same subsets)."""
+    def subsample(self, instances: List[Instances], weights: Tensor) -> Tuple[List[Instances], Tensor]:
+        """The per-image positives of the batch and their (B,) ``weights``, or a uniformly random subset of
+        ``max_positives`` of them when there are more (the official resampling; python's ``random``, which the
+        trainer seeds per step, so that a resumed run draws the same subsets)."""
         counts = [len(image) for image in instances]
         if sum(counts) <= self.max_positives:
-            return instances
+            return instances, weights
         keep = sorted(random.sample(range(sum(counts)), self.max_positives))
         # One copy of the draw to the device (a copy from pageable memory waits for the device), sliced per image.
         kept = torch.as_tensor(keep, dtype=torch.long, device=instances[0].proposal_boxes.device)
@@ -110,4 +109,4 @@ class RankSortMaskHead(MaskRCNNConvUpsampleHead):
             chosen = kept[bisect_left(keep, start) : bisect_left(keep, start + count)]
             subsets.append(image[chosen - start])
             start += count
-        return subsets
+        return subsets, weights[kept]

@@ -9,7 +9,7 @@ from detectron2.structures import Boxes, pairwise_iou
 from detectron2.utils.events import EventStorage
 
 from alrp_d2.engine import find_ranking_losses
-from alrp_d2.modeling import AlrpFastRCNNOutputLayers, AlrpROIHeads, AlrpRPN, HeadRankingLoss
+from alrp_d2.modeling import AlrpCriterion, AlrpFastRCNNOutputLayers, AlrpROIHeads, AlrpRPN, HeadRankingLoss
 
 from .tiny_configs import load_config, ranking_statistics, tiny_batch, tiny_faster_rcnn_cfg
 
@@ -30,9 +30,11 @@ def train_losses(model, data=None):
     return losses, ranking_statistics(model)
 
 
-@pytest.mark.parametrize("cls_loss,loc_error", [("alrp", "giou"), ("alrp", "iou"), ("ap", "giou")])
-def test_training_step(cls_loss, loc_error):
-    model = training_model(CLS_LOSS=cls_loss, LOC_ERROR=loc_error)
+@pytest.mark.parametrize(
+    "criterion,loc_error", [("AlrpCriterion", "giou"), ("AlrpCriterion", "iou"), ("APCriterion", "giou")]
+)
+def test_training_step(criterion, loc_error):
+    model = training_model(CRITERION=criterion, LOC_ERROR=loc_error)
     assert isinstance(model.proposal_generator, AlrpRPN) and isinstance(model.roi_heads, AlrpROIHeads)
     losses, _ = train_losses(model)
     sum(losses.values()).backward()
@@ -54,16 +56,21 @@ def test_box_predictor_has_one_sigmoid_logit_per_class_and_class_specific_boxes(
 def ranking_inputs(monkeypatch):
     """Records the (logits, ranking labels, loc_errors) that each head hands to its ranking loss,
     the labels rebuilt as 1 positive / 0 negative / -1 ignored per (row, class) pair."""
-    calls = {}
-    original = HeadRankingLoss.forward
+    calls, heads = {}, []
+    forward, criterion = HeadRankingLoss.forward, AlrpCriterion.__call__
 
-    def spy(self, logits, targets, loc_errors):
+    def spy_forward(self, logits, rows, source):
+        heads.append(self.name)
+        return forward(self, logits, rows, source)
+
+    def spy_criterion(self, logits, targets, loc_errors, group):
         labels = torch.where(targets.valid, 0, -1).expand_as(logits).clone()
         labels.view(-1)[targets.flat_index(logits.shape[-1])] = 1
-        calls[self.name] = (logits.detach(), labels.flatten(), loc_errors.detach())
-        return original(self, logits, targets, loc_errors)
+        calls[heads[-1]] = (logits.detach(), labels.flatten(), loc_errors.detach())
+        return criterion(self, logits, targets, loc_errors, group)
 
-    monkeypatch.setattr(HeadRankingLoss, "forward", spy)
+    monkeypatch.setattr(HeadRankingLoss, "forward", spy_forward)
+    monkeypatch.setattr(AlrpCriterion, "__call__", spy_criterion)
     return calls
 
 
@@ -216,6 +223,7 @@ def test_coco_config_builds_the_paper_model():
     assert isinstance(model.proposal_generator, AlrpRPN) and isinstance(model.roi_heads, AlrpROIHeads)
     assert model.roi_heads.box_predictor.cls_score.out_features == 80
     assert model.proposal_generator.ranking_loss.loss_weight == 0.2
-    assert model.proposal_generator.ranking_loss.tau == 0.7 and model.roi_heads.box_predictor.ranking_loss.tau == 0.5
+    assert model.proposal_generator.ranking_loss.criterion.tau == 0.7
+    assert model.roi_heads.box_predictor.ranking_loss.criterion.tau == 0.5
     epoch = cfg.MODEL.ALRP.SB_PERIOD
     assert (cfg.SOLVER.MAX_ITER, *cfg.SOLVER.STEPS) == (100 * epoch, 75 * epoch, 95 * epoch)

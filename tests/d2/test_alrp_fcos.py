@@ -97,8 +97,12 @@ def test_centerness_choice_is_validated():
 def test_self_balance_hook_sees_the_head():
     losses = find_ranking_losses(build_model(tiny_fcos_cfg()))
     assert list(losses) == ["fcos"] and losses["fcos"].self_balanced
-    losses = find_ranking_losses(build_model(tiny_fcos_cfg(CLS_LOSS="ap", SB_ENABLED=False)))
-    assert list(losses) == ["fcos"] and not losses["fcos"].self_balanced and losses["fcos"].cls_loss == "ap"
+    losses = find_ranking_losses(build_model(tiny_fcos_cfg(CRITERION="APCriterion", SB_ENABLED=False)))
+    assert (
+        list(losses) == ["fcos"]
+        and not losses["fcos"].self_balanced
+        and type(losses["fcos"].criterion).__name__ == "APCriterion"
+    )
 
 
 @pytest.mark.parametrize("config", ["alrp_fcos_R50_500.yaml", "quickstart/alrp_fcos_shapes.yaml"])

@@ -8,15 +8,18 @@ from detectron2.engine import SimpleTrainer
 from detectron2.modeling import build_model
 from detectron2.utils.events import EventStorage
 
+from alrp_d2.config import setup_cfg
+
 from .tiny_configs import ranking_statistics, tiny_batch, tiny_retinanet_cfg
 
 
 @pytest.mark.parametrize(
-    "matcher,loc_error,cls_loss", itertools.product(["iou", "atss"], ["giou", "iou"], ["alrp", "ap"])
+    "matcher,loc_error,criterion",
+    itertools.product(["iou", "atss"], ["giou", "iou"], ["AlrpCriterion", "APCriterion"]),
 )
-def test_training_step(matcher, loc_error, cls_loss):
+def test_training_step(matcher, loc_error, criterion):
     torch.manual_seed(0)
-    model = build_model(tiny_retinanet_cfg(MATCHER=matcher, LOC_ERROR=loc_error, CLS_LOSS=cls_loss))
+    model = build_model(tiny_retinanet_cfg(MATCHER=matcher, LOC_ERROR=loc_error, CRITERION=criterion))
     model.train()
     with EventStorage():
         losses = model(tiny_batch())
@@ -69,9 +72,9 @@ def test_non_finite_logits_stop_training_with_detectron2_error():
         ("DELTA", 0.0),
         ("LOC_ERROR", "l1"),
         ("TAU", 1.0),
-        ("CLS_LOSS", "focal"),
+        ("CRITERION", "FocalCriterion"),
+        ("DELTA", None),
         ("SB_INIT_WEIGHT", -1.0),
-        ("SB_PERIOD", -5),
         ("LOC_WEIGHT", 0.0),
         ("MATCHER", "hungarian"),
         ("ATSS_TOPK", 0),
@@ -80,6 +83,13 @@ def test_non_finite_logits_stop_training_with_detectron2_error():
 def test_bad_config_fails_at_build_time_naming_the_key(key, value):
     with pytest.raises(ValueError, match=f"MODEL.ALRP.{key}"):
         build_model(tiny_retinanet_cfg(**{key: value}))
+
+
+def test_a_moved_key_names_its_new_key():
+    with pytest.raises(KeyError, match="MODEL.ALRP.CLS_LOSS was renamed to MODEL.ALRP.CRITERION"):
+        setup_cfg(None, ["MODEL.ALRP.CLS_LOSS", "alrp"])
+    with pytest.raises(KeyError, match="MODEL.FOVEABOX.AP_LOC_LOSS was renamed to MODEL.ALRP.AP_LOC_LOSS"):
+        setup_cfg(None, ["MODEL.FOVEABOX.AP_LOC_LOSS", "giou"])
 
 
 def test_inference_returns_instances_with_probabilities():

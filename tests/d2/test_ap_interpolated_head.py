@@ -1,4 +1,4 @@
-"""MODEL.ALRP.CLS_LOSS "ap_interpolated": the official AP Loss in a detection head."""
+"""MODEL.ALRP.CRITERION "InterpolatedAPCriterion": the official AP Loss in a detection head."""
 
 import pytest
 import torch
@@ -7,22 +7,17 @@ from detectron2.utils.events import EventStorage
 
 from alrp_d2.config import setup_cfg
 from alrp_d2.losses import ap_loss
-from alrp_d2.modeling import HeadRankingLoss, PositiveTargets
+from alrp_d2.modeling import APCriterion, InterpolatedAPCriterion, PositiveTargets
 
 from ..test_ranking_losses import random_case
 from .tiny_configs import CONFIG_DIR, ranking_statistics, tiny_batch, tiny_retinanet_cfg
 
+CRITERIA = {"interpolated": (InterpolatedAPCriterion, None), "plain": (APCriterion, 1e-5)}
 
-def head_loss(cls_loss: str, delta: float = 1.0) -> HeadRankingLoss:
-    return HeadRankingLoss(
-        "head",
-        cls_loss=cls_loss,
-        delta=delta,
-        loc_error_kind="giou",
-        tau=0.5,
-        loc_weight=1.0,
-        self_balanced=False,
-    )
+
+def ap_criterion(kind: str, delta: float = 1.0) -> APCriterion:
+    criterion, eps = CRITERIA[kind]
+    return criterion(delta=delta, loc_loss="giou", loc_error_kind="giou", tau=0.5, eps=eps)
 
 
 def targets_of(labels: torch.Tensor) -> PositiveTargets:
@@ -33,9 +28,9 @@ def targets_of(labels: torch.Tensor) -> PositiveTargets:
 @pytest.mark.parametrize("seed", range(4))
 def test_head_loss_is_the_official_ap_loss(seed):
     logits, labels, _, delta = random_case(seed, torch.float32, "cpu")
-    loss = head_loss("ap_interpolated", delta)
+    criterion = ap_criterion("interpolated", delta)
     leaf = logits.clone().requires_grad_(True)
-    value = loss(leaf[:, None], targets_of(labels), torch.rand(int((labels == 1).sum())))["loss_head_cls"]
+    value = criterion(leaf[:, None], targets_of(labels), torch.rand(int((labels == 1).sum())), None).loss_cls
     (grad,) = torch.autograd.grad(value, [leaf])
     reference = logits.clone().requires_grad_(True)
     expected = ap_loss(reference, labels, delta=delta, eps=None, interpolated=True)
@@ -49,17 +44,17 @@ def test_head_loss_has_no_false_positive_gate():
     logits = torch.tensor([0.0, -1.0 + 2e-7], dtype=torch.float64)
     labels = torch.tensor([1, 0])
     grads = {}
-    for cls_loss in ("ap_interpolated", "ap"):
+    for kind in CRITERIA:
         leaf = logits.clone().requires_grad_(True)
-        value = head_loss(cls_loss)(leaf[:, None], targets_of(labels), torch.rand(1))["loss_head_cls"]
-        (grads[cls_loss],) = torch.autograd.grad(value, [leaf])
-    assert grads["ap_interpolated"][0] < 0 < grads["ap_interpolated"][1]
-    assert torch.all(grads["ap"] == 0)
+        value = ap_criterion(kind)(leaf[:, None], targets_of(labels), torch.rand(1), None).loss_cls
+        (grads[kind],) = torch.autograd.grad(value, [leaf])
+    assert grads["interpolated"][0] < 0 < grads["interpolated"][1]
+    assert torch.all(grads["plain"] == 0)
 
 
 def test_retinanet_training_step():
     torch.manual_seed(0)
-    model = build_model(tiny_retinanet_cfg(CLS_LOSS="ap_interpolated", SB_ENABLED=False)).train()
+    model = build_model(tiny_retinanet_cfg(CRITERION="InterpolatedAPCriterion", SB_ENABLED=False)).train()
     with EventStorage():
         losses = model(tiny_batch())
         sum(losses.values()).backward()
@@ -70,6 +65,6 @@ def test_retinanet_training_step():
 
 
 def test_ap_config_uses_the_official_loss():
-    assert setup_cfg(f"{CONFIG_DIR}/ap_R50_500.yaml").MODEL.ALRP.CLS_LOSS == "ap_interpolated"
-    with pytest.raises(ValueError, match="cls_loss"):
-        head_loss("ap_int")
+    assert setup_cfg(f"{CONFIG_DIR}/ap_R50_500.yaml").MODEL.ALRP.CRITERION == "InterpolatedAPCriterion"
+    with pytest.raises(ValueError, match="loc_loss"):
+        APCriterion(delta=1.0, loc_loss="l2", loc_error_kind="giou", tau=0.5)

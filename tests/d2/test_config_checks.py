@@ -49,6 +49,11 @@ def test_solver_periods_must_be_positive(key, value):
         setup_cfg(None, [key, value])
 
 
+def test_self_balance_period_must_be_a_non_negative_integer():
+    with pytest.raises(ValueError, match=r"Invalid config value MODEL.ALRP.SB_PERIOD=-5: must be an integer >= 0"):
+        setup_cfg(None, ["MODEL.ALRP.SB_PERIOD", "-5"])
+
+
 def test_every_shipped_config_passes():
     for path in glob.glob(os.path.join(CONFIG_DIR, "**", "*.yaml"), recursive=True):
         setup_cfg(path)

@@ -226,7 +226,7 @@ def test_inference_decodes_what_assignment_encodes(foveabox):
         ("foveabox_focal_R50_500.yaml", {}, {"loss_cls", "loss_box_reg"}),
         ("foveabox_alrp_R50_500.yaml", {}, {"loss_fovea_cls", "loss_fovea_loc"}),
         ("foveabox_ap_R50_500.yaml", {}, {"loss_fovea_cls", "loss_fovea_loc"}),
-        ("foveabox_alrp_R50_500.yaml", {"CLS_LOSS": "ap"}, {"loss_fovea_cls", "loss_fovea_loc"}),
+        ("foveabox_alrp_R50_500.yaml", {"CRITERION": "APCriterion"}, {"loss_fovea_cls", "loss_fovea_loc"}),
     ],
 )
 @pytest.mark.parametrize("with_objects", [True, False])
@@ -234,7 +234,7 @@ def test_training_step(config, alrp, names, with_objects):
     torch.manual_seed(0)
     cfg = tiny_foveabox_cfg(config, **alrp)
     if alrp:
-        cfg.MODEL.FOVEABOX.AP_LOC_LOSS = "giou"
+        cfg.MODEL.ALRP.AP_LOC_LOSS = "giou"
     model = build_model(cfg).train()
     with EventStorage():
         losses = model(tiny_batch(with_objects))
@@ -282,10 +282,14 @@ def test_ap_loss_row_uses_smooth_l1_mean_over_coordinates():
 
 def test_self_balance_hook_sees_the_head():
     losses = find_ranking_losses(build_model(tiny_foveabox_cfg()))
-    assert list(losses) == ["fovea"] and losses["fovea"].self_balanced and losses["fovea"].cls_loss == "alrp"
+    assert (
+        list(losses) == ["fovea"]
+        and losses["fovea"].self_balanced
+        and type(losses["fovea"].criterion).__name__ == "AlrpCriterion"
+    )
     losses = find_ranking_losses(build_model(tiny_foveabox_cfg("foveabox_ap_R50_500.yaml")))
     assert list(losses) == ["fovea"] and not losses["fovea"].self_balanced
-    assert losses["fovea"].cls_loss == "ap_interpolated"
+    assert type(losses["fovea"].criterion).__name__ == "InterpolatedAPCriterion"
     assert find_ranking_losses(build_model(tiny_foveabox_cfg("foveabox_focal_R50_500.yaml"))) == {}
 
 
@@ -294,9 +298,9 @@ def test_invalid_settings_are_named():
     cfg.MODEL.FOVEABOX.BASE_EDGES = [16, 32]
     with pytest.raises(ValueError, match="MODEL.FOVEABOX.BASE_EDGES"):
         build_model(cfg)
-    cfg = tiny_foveabox_cfg(CLS_LOSS="ap")
-    cfg.MODEL.FOVEABOX.AP_LOC_LOSS = "l2"
-    with pytest.raises(ValueError, match="MODEL.FOVEABOX.AP_LOC_LOSS"):
+    cfg = tiny_foveabox_cfg(CRITERION="APCriterion")
+    cfg.MODEL.ALRP.AP_LOC_LOSS = "l2"
+    with pytest.raises(ValueError, match="MODEL.ALRP.AP_LOC_LOSS"):
         build_model(cfg)
 
 

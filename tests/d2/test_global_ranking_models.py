@@ -36,6 +36,15 @@ CASES = {
     "rs_atss_frozenbn": dict(
         build=functools.partial(tiny_rank_sort_cfg, "rs_atss_R50_FPN_1x.yaml"), norm="FrozenBN", split=1
     ),
+    # Correlation Loss on every head: per level (Spearman's soft ranks) and of all positives at once (concordance).
+    "retinanet_corr_frozenbn": dict(
+        build=functools.partial(tiny_retinanet_cfg, CORR_WEIGHT=0.5, CORR_KIND="spearman"), norm="FrozenBN", split=1
+    ),
+    "faster_rcnn_corr_gn": dict(
+        build=functools.partial(tiny_faster_rcnn_cfg, CORR_WEIGHT=0.5, CORR_KIND="concordance", CORR_PER_LEVEL=False),
+        norm="GN",
+        split=3,
+    ),
 }
 
 

@@ -45,7 +45,7 @@ DETECTORS = {
     "retinanet_official_network": (lambda: tiny_retinanet_cfg("alrp_R50_500.yaml"), 1),
     "faster_rcnn_official_network": (lambda: tiny_faster_rcnn_cfg("alrp_faster_rcnn_R50_FPN_500.yaml"), 2),
     "retinanet_atss": (lambda: tiny_retinanet_cfg(MATCHER="atss"), 1),
-    "retinanet_ap_interpolated": (lambda: tiny_retinanet_cfg(CLS_LOSS="ap_interpolated"), 1),
+    "retinanet_ap_interpolated": (lambda: tiny_retinanet_cfg(CRITERION="InterpolatedAPCriterion"), 1),
     "faster_rcnn": (lambda: tiny_faster_rcnn_cfg(), 2),
     "faster_rcnn_any_iou_low_quality": (lambda: tiny_faster_rcnn_cfg(RPN_LOW_QUALITY_MIN_IOU=0.0), 2),
     "foveabox_alrp": (lambda: dense_cfg("foveabox_alrp_R50_500.yaml", "FOVEABOX"), 1),

@@ -22,16 +22,18 @@ from alrp_d2.modeling import (
     HeadRankingLoss,
     LastLevelP6P7WithoutReLU,
     OctaveAnchorGenerator,
-    PositiveTargets,
     RankSortATSS,
+    RankSortCriterion,
     RankSortMaskHead,
     RankSortTargets,
+    RowLabels,
     XavierUniformFCHead,
 )
 from alrp_d2.modeling.rank_sort_atss import LevelScaledRetinaNetHead
 from alrp_d2.modeling.rank_sort_mask_head import dice_losses
 
 from ..loop_reference import rank_sort_loss_loop
+from .given_boxes import GivenBoxes
 from .official_fixtures import assert_fpn_xavier_uniform
 from .tiny_configs import CONFIG_DIR, ranking_statistics, tiny_batch, tiny_rank_sort_cfg, with_masks
 
@@ -91,16 +93,8 @@ def official_head(logits: Tensor, labels: Tensor, pred_boxes: Tensor, gt_boxes: 
 
 
 def rank_sort_head(name: str = "head", delta: float = 0.5, tasks=()) -> HeadRankingLoss:
-    return HeadRankingLoss(
-        name,
-        cls_loss="rank_sort",
-        delta=delta,
-        loc_error_kind="giou",
-        tau=0.5,
-        loc_weight=1.0,
-        self_balanced=False,
-        balanced_tasks=tasks,
-    )
+    criterion = RankSortCriterion(delta=delta, loc_error_kind="giou")
+    return HeadRankingLoss(name, criterion=criterion, loc_weight=1.0, self_balanced=False, balanced_tasks=tasks)
 
 
 def random_boxes(count: int, generator: torch.Generator) -> Tensor:
@@ -158,14 +152,15 @@ def test_head_loss_is_the_official_heads(seed, objectness):
 
     head = rank_sort_head()
     if objectness:
-        targets = RankSortTargets.of_objectness(
-            torch.where(labels == num_classes, 0, torch.where(labels < 0, -1, 1)), overlaps
-        )
+        rows = RowLabels(torch.where(labels == num_classes, 0, torch.where(labels < 0, -1, 1)), None)
     else:
-        targets = RankSortTargets.of_labels(labels, num_classes, overlaps)
+        rows = RowLabels(labels, num_classes)
+    boxes = GivenBoxes(pred, gt_boxes)
+    targets = head.criterion.targets(rows, boxes)
+    assert isinstance(targets, RankSortTargets)
+    torch.testing.assert_close(boxes.row_overlaps(), overlaps)
     assert len(targets.box.row) == 12 and len(targets.ranked.row) == 11 and missed not in targets.ranked.row
-    box_losses = head.loc_errors(pred[targets.box.row], gt_boxes[targets.box.row])
-    out = head(logits, targets, box_losses)
+    out = head(logits, rows, boxes).losses
     expected = official_head(logits, labels, pred, gt_boxes)
     assert_matches_official(out, head, expected, logits, pred)
 
@@ -175,15 +170,15 @@ def test_positives_of_iou_zero_only_leave_no_ranking_and_no_box_gradient():
     and sorting losses are 0, so the balancing weight and the box loss are 0 (finite, connected)."""
     logits = torch.randn(10, 2, dtype=torch.float64, requires_grad=True)
     labels = torch.tensor([0, 1] + [2] * 8)
-    head = rank_sort_head()
+    criterion = RankSortCriterion(delta=0.5, loc_error_kind="giou")
     targets = RankSortTargets.of_labels(labels, 2, torch.zeros(10, dtype=torch.float64))
     assert len(targets.box.row) == 2 and len(targets.ranked.row) == 0
     box_losses = torch.tensor([1.5, 1.2], dtype=torch.float64, requires_grad=True)
-    out = head(logits, targets, box_losses)
-    assert out["loss_head_cls"].item() == 0 and out["loss_head_loc"].item() == 0
-    sum(out.values()).backward()
+    out = criterion(logits, targets, box_losses, None)
+    loss_loc = out.loc_factor * out.loss_loc
+    assert out.loss_cls.item() == 0 and loss_loc.item() == 0 and out.loss_loc.item() > 0
+    (out.loss_cls + loss_loc).backward()
     assert torch.all(box_losses.grad == 0) and torch.all(logits.grad == 0)
-    assert head.take_statistics().loss_loc.item() > 0
 
 
 def test_rank_sort_targets_need_one_host_synchronisation():
@@ -222,8 +217,10 @@ def test_box_head_is_the_official_box_head():
         proposals.append(image)
     scores = torch.randn(50, 3, generator=gen).requires_grad_(True)
     deltas = (torch.randn(50, 12, generator=gen) * 0.3).requires_grad_(True)
+    fields = [sorted(p.get_fields()) for p in proposals]
     with EventStorage():
         out = predictor.losses((scores, deltas), proposals)
+    assert [sorted(p.get_fields()) for p in proposals] == fields  # the loss writes nothing on its inputs
     labels = torch.cat([p.gt_classes for p in proposals])
     boxes = torch.cat([p.proposal_boxes.tensor for p in proposals])
     class_deltas = deltas.reshape(50, 3, 4)[torch.arange(50), labels.clamp(max=2)]
@@ -238,8 +235,6 @@ def test_box_head_is_the_official_box_head():
     (grad,) = torch.autograd.grad(out["loss_box_loc"], [deltas])
     (official_grad,) = torch.autograd.grad(expected["balance"] * expected["loss_box"], [deltas])
     torch.testing.assert_close(grad, official_grad, rtol=1e-4, atol=1e-7)
-    # The proposals carry their detached best class score, the weight of their mask loss.
-    torch.testing.assert_close(torch.cat([p.box_weight for p in proposals]), scores.detach().sigmoid().amax(1))
 
 
 @pytest.mark.parametrize("head", ["rpn", "atss"])
@@ -355,20 +350,18 @@ def test_mask_loss_is_the_score_weighted_dice_loss():
         image.proposal_boxes = Boxes(torch.tensor([[2.0, 3.0, 30.0, 35.0]]).repeat(count, 1))
         image.gt_classes = torch.randint(0, 5, (count,), generator=gen)
         image.gt_masks = BitMasks(torch.rand(count, 40, 50, generator=gen) > 0.5)
-        image.box_weight = torch.rand(count, generator=gen)
         images.append(image)
+    weights = torch.rand(5, generator=gen)
     logits = torch.randn(5, 5, 28, 28, generator=gen)
-    loss = head.weighted_dice_loss(logits, images)
+    loss = head.weighted_dice_loss(logits, images, weights)
     present = [image for image in images if len(image)]
     targets = torch.cat([i.gt_masks.crop_and_resize(i.proposal_boxes.tensor, 28) for i in present]).float()
     classes = torch.cat([i.gt_classes for i in present])
     losses = official_dice_losses(logits[torch.arange(5), classes].sigmoid(), targets)
     torch.testing.assert_close(dice_losses(logits[torch.arange(5), classes].sigmoid(), targets), losses)
-    weights = torch.cat([i.box_weight for i in present])
     assert loss.item() == pytest.approx(((weights * losses).sum() / weights.sum()).item(), rel=1e-6)
-    images[0].remove("box_weight")
-    with pytest.raises(ValueError, match="box_weight"):
-        head.weighted_dice_loss(logits, images)
+    with pytest.raises(RuntimeError, match="AlrpROIHeads"):
+        head(torch.randn(5, 16, 14, 14), images)
 
 
 def test_mask_loss_is_balanced_by_the_box_heads_rank_sort_loss():
@@ -390,20 +383,24 @@ def test_at_most_max_positives_train_the_mask_head():
     for count in (5, 0, 7):
         image = Instances((10, 10))
         image.proposal_boxes = Boxes(torch.zeros(count, 4))
-        image.box_weight = torch.arange(start, start + count, dtype=torch.float32)
+        image.gt_classes = torch.arange(start, start + count)
         images.append(image)
         start += count
+    weights = torch.arange(12, dtype=torch.float32) / 10
     random.seed(0)
-    first = head.subsample(images)
+    first, first_weights = head.subsample(images, weights)
     random.seed(0)
-    again = head.subsample(images)
+    again, again_weights = head.subsample(images, weights)
     assert sum(len(image) for image in first) == 4
-    assert [i.box_weight.tolist() for i in first] == [i.box_weight.tolist() for i in again]
+    assert [i.gt_classes.tolist() for i in first] == [i.gt_classes.tolist() for i in again]
+    assert torch.equal(first_weights, again_weights)
+    kept = torch.cat([image.gt_classes for image in first])
+    assert torch.equal(first_weights, weights[kept])  # each kept positive keeps its own weight
     ranges = [(0, 5), (5, 5), (5, 12)]
     for image, (low, high) in zip(first, ranges):
-        assert all(low <= value < high for value in image.box_weight.tolist())
+        assert all(low <= value < high for value in image.gt_classes.tolist())
     head.max_positives = 12
-    assert head.subsample(images) is images
+    assert head.subsample(images, weights) == (images, weights)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -448,23 +445,26 @@ def test_training_step_logs_the_unweighted_components(config):
 
 
 def test_rank_sort_config_checks():
-    base = f"{CONFIG_DIR}/rs_faster_rcnn_R50_FPN_1x.yaml"
+    """Checked when the model is built, by the code that reads the keys."""
     with pytest.raises(ValueError, match="MODEL.ALRP.SB_ENABLED"):
-        setup_cfg(base, ["MODEL.ALRP.SB_ENABLED", "True"])
-    assert setup_cfg(base, ["MODEL.ALRP.DELTA", "0"]).MODEL.ALRP.DELTA == 0.0  # the unit step
+        build_model(tiny_rank_sort_cfg(SB_ENABLED=True))
+    assert build_model(tiny_rank_sort_cfg(DELTA=0.0)).roi_heads.box_predictor.ranking_loss.criterion.delta == 0.0
     with pytest.raises(ValueError, match="MODEL.ALRP.DELTA"):
-        setup_cfg(f"{CONFIG_DIR}/alrp_R50_500.yaml", ["MODEL.ALRP.DELTA", "0"])
+        build_model(tiny_rank_sort_cfg(DELTA=0.0, CRITERION="AlrpCriterion", SB_ENABLED=True))
     with pytest.raises(ValueError, match="MODEL.ALRP.MASK_MAX_POSITIVES"):
-        setup_cfg(base, ["MODEL.ALRP.MASK_MAX_POSITIVES", "0"])
-    cfg = tiny_rank_sort_cfg(MASK_CONFIG, CLS_LOSS="alrp", SB_ENABLED=True)
+        build_model(tiny_rank_sort_cfg(MASK_CONFIG, MASK_MAX_POSITIVES=0))
     with pytest.raises(ValueError, match="RankSortMaskHead"):
-        build_model(cfg)
-    cfg = tiny_rank_sort_cfg("foveabox_alrp_R50_500.yaml", CLS_LOSS="rank_sort", SB_ENABLED=False)
+        build_model(tiny_rank_sort_cfg(MASK_CONFIG, CRITERION="AlrpCriterion", SB_ENABLED=True))
+
+
+def test_every_criterion_trains_every_head():
+    """No head is tied to a criterion: Rank & Sort Loss trains FoveaBox, which has no official RS version."""
+    cfg = tiny_rank_sort_cfg("foveabox_alrp_R50_500.yaml", CRITERION="RankSortCriterion", SB_ENABLED=False)
     cfg.MODEL.FOVEABOX.NUM_CLASSES = 3
-    with pytest.raises(ValueError, match="does not support Rank & Sort Loss"):
-        build_model(cfg)
-    with pytest.raises(TypeError, match="RankSortTargets"):
-        rank_sort_head()(torch.zeros(3, 1), PositiveTargets.of_objectness(torch.tensor([1, 0, 0])), torch.zeros(1))
+    model = build_model(cfg).train()
+    with EventStorage():
+        losses = model(tiny_batch())
+    assert set(losses) == {"loss_fovea_cls", "loss_fovea_loc"} and all(torch.isfinite(v) for v in losses.values())
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -490,7 +490,7 @@ COMMON_RECIPE = {
     "MODEL.WEIGHTS": "detectron2://ImageNetPretrained/torchvision/R-50.pkl",
     "MODEL.RESNETS.NORM": "FrozenStatsBN",
     "MODEL.BACKBONE.FREEZE_AT": 2,
-    "MODEL.ALRP.CLS_LOSS": "rank_sort",
+    "MODEL.ALRP.CRITERION": "RankSortCriterion",
     "MODEL.ALRP.DELTA": 0.5,
     "MODEL.ALRP.LOC_ERROR": "giou",
     "MODEL.ALRP.SB_ENABLED": False,

@@ -97,8 +97,8 @@ def test_official_ap_loss_retinanet_uses_smooth_l1_on_the_deltas():
     the paper's GIoU ablation is its own config."""
     cfg = load_config("ap_R50_500.yaml")
     alrp = cfg.MODEL.ALRP
-    assert (alrp.CLS_LOSS, alrp.AP_LOC_LOSS, cfg.MODEL.RETINANET.SMOOTH_L1_LOSS_BETA) == (
-        "ap_interpolated",
+    assert (alrp.CRITERION, alrp.AP_LOC_LOSS, cfg.MODEL.RETINANET.SMOOTH_L1_LOSS_BETA) == (
+        "InterpolatedAPCriterion",
         "smooth_l1",
         1.0,
     )

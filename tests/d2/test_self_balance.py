@@ -9,7 +9,7 @@ from detectron2.utils.events import EventStorage
 from torch import nn
 
 from alrp_d2.engine.self_balance import SelfBalanceHook, self_balanced_weight
-from alrp_d2.modeling import HeadRankingLoss, RankingStatistics
+from alrp_d2.modeling import AlrpCriterion, HeadRankingLoss, RankingStatistics
 
 # (L_cls, L_loc) of two heads at iterations 0..6.
 VALUES = {
@@ -24,10 +24,7 @@ class ScriptedLoss(HeadRankingLoss):
     def __init__(self, name: str, self_balanced: bool):
         super().__init__(
             name,
-            cls_loss="alrp",
-            delta=1.0,
-            loc_error_kind="giou",
-            tau=0.5,
+            criterion=AlrpCriterion(delta=1.0, loc_error_kind="giou", tau=0.5),
             loc_weight=50.0,
             self_balanced=self_balanced,
         )

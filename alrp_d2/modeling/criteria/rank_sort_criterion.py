@@ -1,0 +1,80 @@
+"""Rank & Sort Loss as a ranking criterion (Oksuz et al., "Rank & Sort Loss for Object Detection and Instance
+Segmentation", ICCV 2021), with the semantics of the official RS heads."""
+
+from __future__ import annotations
+
+from typing import Any, Dict
+
+from detectron2.config import CfgNode
+from torch import Tensor
+
+from ...losses import rank_sort_loss_indexed
+from ...losses.global_ranking import global_weighted_mean
+from ...losses.localisation_error import paired_iou_giou
+from ..ranking_criterion import RANKING_CRITERION_REGISTRY, CriterionOutput, PositiveSource, RankingCriterion
+from ..ranking_targets import PositiveTargets, RankSortTargets, RowLabels, Targets
+from .alrp_criterion import configured_loc_error
+
+__all__ = ["RankSortCriterion", "value_balance"]
+
+
+def value_balance(value: Tensor, loss: Tensor) -> Tensor:
+    """``value / loss`` (RS Loss's task-balancing coefficient), 0 where ``loss`` is 0, without a host
+    synchronisation."""
+    positive = loss > 0
+    return (value / loss.where(positive, 1.0)).where(positive, 0.0)
+
+
+@RANKING_CRITERION_REGISTRY.register()
+class RankSortCriterion(RankingCriterion):
+    """Rank & Sort Loss (MODEL.ALRP.CRITERION "RankSortCriterion"), as the official RS heads train: the ranking
+    targets are the IoUs of the positives' predicted boxes (:class:`RankSortTargets`; a positive of IoU 0 ranks as
+    a negative), the box loss of every positive (1 - GIoU, or 1 - IoU) is weighted by its detached best class score
+    (``sigmoid(logit).max()`` over the classes of its row) and averaged with these weights, and it is balanced by
+    the loss values of the step: ``loc_factor = (L_rank + L_sort) / L_box`` (detached, 0 when ``L_box`` is 0).
+    ``loss_cls`` is ``L_rank + L_sort`` in value; its gradient is RS Loss's (the ranking output carries the update
+    of both errors)."""
+
+    allows_unit_step = True
+    value_balanced = True
+    component_names = ("rank", "sort")
+
+    def __init__(self, *, delta: float, loc_error_kind: str, eps: float = 1e-10):
+        """
+        Args:
+            delta: smoothness of the step function (0: the unit step).
+            loc_error_kind: the box loss, 1 - GIoU ("giou", mmdetection's GIoULoss) or 1 - IoU ("iou").
+            eps: RS Loss's strict gates (the official 1e-10).
+        """
+        super().__init__(delta=delta)
+        self.loc_error_kind = loc_error_kind
+        self.eps = eps
+
+    @classmethod
+    def from_config(cls, cfg: CfgNode, *, delta: float, tau: float) -> Dict[str, Any]:
+        return {"delta": delta, "loc_error_kind": configured_loc_error(cfg)}
+
+    def targets(self, rows: RowLabels, source: PositiveSource) -> Targets:
+        return RankSortTargets.of_rows(rows, source.row_overlaps())
+
+    def localisation_losses(self, positives: PositiveTargets, source: PositiveSource) -> Tensor:
+        iou, giou = paired_iou_giou(*source.decoded_boxes(positives))
+        return 1.0 - (giou if self.loc_error_kind == "giou" else iou)
+
+    def __call__(self, logits: Tensor, targets: Targets, loc_losses: Tensor, group: Any) -> CriterionOutput:
+        assert isinstance(targets, RankSortTargets)
+        ranked = targets.ranked
+        terms = rank_sort_loss_indexed(
+            logits, ranked.flat_index(logits.shape[-1]), targets.overlaps, ranked.valid, self.delta, self.eps, group
+        )
+        scores = logits.detach()[targets.box.row].float().sigmoid().amax(dim=-1)
+        loss_box = global_weighted_mean(loc_losses, scores, group)
+        loss_cls = terms.ranking_loss + terms.sorting_loss
+        return CriterionOutput(
+            loss_cls,
+            loss_box,
+            value_balance(loss_cls.detach(), loss_box.detach()),
+            terms.positive_gradient_magnitude,
+            terms.negative_gradient_magnitude,
+            (("rank", terms.ranking_loss), ("sort", terms.sorting_loss)),
+        )
