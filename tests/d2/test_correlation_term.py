@@ -115,3 +115,20 @@ def test_detectron2_retinanet_with_correlation_loss():
 def test_bad_correlation_keys_name_the_key(key, value):
     with pytest.raises(ValueError, match=f"MODEL.ALRP.{key}"):
         build_model(tiny_retinanet_cfg(**{"CORR_WEIGHT": 0.1, key: value}))
+
+
+@pytest.mark.parametrize(
+    "build, corr_loss",
+    [
+        (functools.partial(tiny_retinanet_cfg, "corr_retinanet_R50_FPN_1x.yaml"), "loss_retinanet_corr"),
+        (functools.partial(tiny_rank_sort_cfg, "rs_corr_atss_R50_FPN_1x.yaml"), "loss_atss_corr"),
+    ],
+    ids=["corr_retinanet", "rs_corr_atss"],
+)
+def test_correlation_configs_take_a_training_step(build, corr_loss):
+    torch.manual_seed(0)
+    model = build_model(build()).train()
+    with EventStorage():
+        losses = model(tiny_batch())
+    assert corr_loss in losses and all(torch.isfinite(value) for value in losses.values())
+    sum(losses.values()).backward()
