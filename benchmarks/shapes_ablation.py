@@ -17,6 +17,11 @@ schedule, seed and learning rate as the RetinaNet one):
 * detectron2's FCOS (focal loss + GIoU + centre-ness, ``ConfigurableFCOS``) against aLRP FCOS with
   and without the centre-ness branch (``MODEL.FCOS.CENTERNESS bce / none``).
 
+``--detectors correlation`` adds Correlation Loss (Kahraman et al., AAAI 2023) to each loss of the RetinaNet
+quickstart: focal loss with and without it (``CorrelationRetinaNet``, Spearman 0.1 per level, as the official Corr
+RetinaNet), aLRP Loss and Rank & Sort Loss (``MODEL.ALRP.CRITERION RankSortCriterion``, delta 0.5) with and without
+it (concordance 0.2 of all positives, as the official RS + Corr ATSS).
+
 ``--detectors faster_rcnn mask_rcnn`` compares Rank & Sort Loss with aLRP Loss and detectron2's losses in the
 two-stage detectors, all from the RS Mask R-CNN quickstart (``rs_mask_rcnn_shapes.yaml``: the same backbone, data,
 schedule, seed, learning rate and proposals, the GT boxes added to them), without (``faster_rcnn``) and with
@@ -73,18 +78,40 @@ DETECTRON2_LOSSES = [
     *("MODEL.PROPOSAL_GENERATOR.NAME", "RPN", "MODEL.ROI_HEADS.NAME", "StandardROIHeads"),
     *("MODEL.RPN.BBOX_REG_WEIGHTS", "(1.0, 1.0, 1.0, 1.0)", "MODEL.ROI_MASK_HEAD.NAME", "MaskRCNNConvUpsampleHead"),
 ]
+FOCAL_RETINANET = ["MODEL.META_ARCHITECTURE", "RetinaNet", "MODEL.RETINANET.BBOX_REG_WEIGHTS", "(1.0, 1.0, 1.0, 1.0)"]
+RANK_SORT = ["MODEL.ALRP.CRITERION", "RankSortCriterion", "MODEL.ALRP.SB_ENABLED", "False", "MODEL.ALRP.DELTA", "0.5"]
+# Correlation Loss as the official Corr RetinaNet (Spearman 0.1 per level) and RS + Corr ATSS (concordance 0.2).
+CORR_SPEARMAN = [
+    "MODEL.ALRP.CORR_KIND",
+    "spearman",
+    "MODEL.ALRP.CORR_WEIGHT",
+    "0.1",
+    "MODEL.ALRP.CORR_PER_LEVEL",
+    "True",
+]
+CORR_CONCORDANCE = [
+    *("MODEL.ALRP.CORR_KIND", "concordance", "MODEL.ALRP.CORR_WEIGHT", "0.2", "MODEL.ALRP.CORR_PER_LEVEL", "False"),
+]
 # detector -> variant name -> (quickstart config, overrides)
 VARIANTS: Dict[str, Dict[str, Tuple[str, List[str]]]] = {
     "retinanet": {
         "aLRP Loss (GIoU, SB)": ("alrp_retinanet_shapes.yaml", []),
-        "Focal Loss + Smooth L1": (
-            "alrp_retinanet_shapes.yaml",
-            ["MODEL.META_ARCHITECTURE", "RetinaNet", "MODEL.RETINANET.BBOX_REG_WEIGHTS", "(1.0, 1.0, 1.0, 1.0)"],
-        ),
+        "Focal Loss + Smooth L1": ("alrp_retinanet_shapes.yaml", FOCAL_RETINANET),
         "AP Loss + GIoU": (
             "alrp_retinanet_shapes.yaml",
             ["MODEL.ALRP.CRITERION", "APCriterion", "MODEL.ALRP.SB_ENABLED", "False"],
         ),
+    },
+    "correlation": {
+        "Focal Loss + Smooth L1": ("alrp_retinanet_shapes.yaml", FOCAL_RETINANET),
+        "Focal Loss + Smooth L1 + Corr (Spearman 0.1, per level)": (
+            "alrp_retinanet_shapes.yaml",
+            [*FOCAL_RETINANET, "MODEL.META_ARCHITECTURE", "CorrelationRetinaNet", *CORR_SPEARMAN],
+        ),
+        "aLRP Loss (GIoU, SB)": ("alrp_retinanet_shapes.yaml", []),
+        "aLRP Loss (GIoU, SB) + Corr (concordance 0.2)": ("alrp_retinanet_shapes.yaml", CORR_CONCORDANCE),
+        "RS Loss (GIoU)": ("alrp_retinanet_shapes.yaml", RANK_SORT),
+        "RS Loss (GIoU) + Corr (concordance 0.2)": ("alrp_retinanet_shapes.yaml", RANK_SORT + CORR_CONCORDANCE),
     },
     "foveabox": {
         "FoveaBox, Focal Loss + Smooth L1": ("alrp_foveabox_shapes.yaml", ["MODEL.META_ARCHITECTURE", "FoveaBox"]),

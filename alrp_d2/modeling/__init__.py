@@ -16,7 +16,7 @@ from .backbone import (
     build_fcos_resnet_fpn_backbone,
 )
 from .box_head import XavierUniformFCHead
-from .correlation_retinanet import CorrelationRetinaNet
+from .correlation_detectors import CorrelationFoveaBox, CorrelationRetinaNet, WithCorrelationLoss
 from .correlation_term import CorrelationTerm
 from .criteria import AlrpCriterion, APCriterion, InterpolatedAPCriterion, RankSortCriterion
 from .deform_conv import DeformConvWithCpu, ModulatedDeformConvWithCpu
@@ -38,6 +38,7 @@ __all__ = [
     "RANKING_CRITERION_REGISTRY",
     "APCriterion",
     "AlrpCriterion",
+    "CorrelationFoveaBox",
     "CorrelationRetinaNet",
     "CorrelationTerm",
     "CriterionOutput",
@@ -48,6 +49,7 @@ __all__ = [
     "RankSortCriterion",
     "RankingCriterion",
     "RowLabels",
+    "WithCorrelationLoss",
     "build_ranking_criterion",
     "AlrpFCOS",
     "AlrpGeneralizedRCNN",

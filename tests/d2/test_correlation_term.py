@@ -1,5 +1,5 @@
 """Correlation Loss as a term of every head (``loss_<head>_corr``): the per-level mean of the official heads against
-a loop over the levels, every head of the project and detectron2's focal-loss RetinaNet (CorrelationRetinaNet)."""
+a loop over the levels, every head of the project, the focal-loss RetinaNet and FoveaBox with it, the configs."""
 
 from __future__ import annotations
 
@@ -65,8 +65,8 @@ def tiny_fcos_cfg(**alrp):
     return cfg
 
 
-def tiny_foveabox_cfg(**alrp):
-    cfg = tiny_retinanet_cfg("foveabox_alrp_R50_500.yaml", **alrp)
+def tiny_foveabox_cfg(config: str = "foveabox_alrp_R50_500.yaml", **alrp):
+    cfg = tiny_retinanet_cfg(config, **alrp)
     cfg.MODEL.FOVEABOX.NUM_CLASSES, cfg.MODEL.FOVEABOX.NUM_CONVS = 3, 1
     return cfg
 
@@ -122,8 +122,9 @@ def test_bad_correlation_keys_name_the_key(key, value):
     [
         (functools.partial(tiny_retinanet_cfg, "corr_retinanet_R50_FPN_1x.yaml"), "loss_retinanet_corr"),
         (functools.partial(tiny_rank_sort_cfg, "rs_corr_atss_R50_FPN_1x.yaml"), "loss_atss_corr"),
+        (functools.partial(tiny_foveabox_cfg, "foveabox_corr_R50_500.yaml"), "loss_fovea_corr"),
     ],
-    ids=["corr_retinanet", "rs_corr_atss"],
+    ids=["corr_retinanet", "rs_corr_atss", "corr_foveabox"],
 )
 def test_correlation_configs_take_a_training_step(build, corr_loss):
     torch.manual_seed(0)
