@@ -15,7 +15,6 @@ from detectron2.structures import ImageList, Instances
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from .correlation_term import correlation_terms
 from .head_ranking_loss import HeadLoss, HeadRankingLoss
 from .proposal_boxes import ProposalBoxes
 from .rank_sort_mask_head import RankSortMaskHead
@@ -64,9 +63,8 @@ class AlrpFastRCNNOutputLayers(FastRCNNOutputLayers):
             )
         ret = super().from_config(cfg, input_shape)
         rank_sort_mask = cfg.MODEL.MASK_ON and cfg.MODEL.ROI_MASK_HEAD.NAME == RankSortMaskHead.__name__
-        ret["ranking_loss"] = HeadRankingLoss.from_config(
-            cfg, "box", balanced_tasks=("mask",) if rank_sort_mask else (), terms=correlation_terms(cfg)
-        )
+        tasks = ("mask",) if rank_sort_mask else ()
+        ret["ranking_loss"] = HeadRankingLoss.from_config(cfg, "box", balanced_tasks=tasks)
         return ret
 
     def losses(self, predictions: Predictions, proposals: List[Instances]) -> Dict[str, Tensor]:

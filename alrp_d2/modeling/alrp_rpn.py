@@ -14,7 +14,6 @@ from detectron2.structures import Boxes
 from torch import Tensor, nn
 
 from ..config_check import require_config
-from .correlation_term import correlation_terms
 from .dense_boxes import DenseBoxes
 from .dense_ranking_detector import dense_ranking_loss
 from .head_ranking_loss import HeadRankingLoss
@@ -79,7 +78,6 @@ class AlrpRPN(MinIoULowQualityRPN):
             delta_key="RPN_DELTA",
             tau_key="RPN_TAU",
             loss_weight=alrp.RPN_WEIGHT,
-            terms=correlation_terms(cfg),
         )
         return ret
 

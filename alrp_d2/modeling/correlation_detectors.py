@@ -3,13 +3,12 @@ RetinaNet and Corr FoveaBox."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, List
+from typing import Any, Dict
 
 import torch
 from detectron2.config import CfgNode, configurable
 from detectron2.layers import cat
 from detectron2.modeling import META_ARCH_REGISTRY, RetinaNet
-from detectron2.structures import Boxes
 from torch import Tensor
 
 from ..config_check import require_config
@@ -55,15 +54,11 @@ class WithCorrelationLoss:
         ret.update(correlation=terms[0], ranking=alrp.RANKING)
         return ret
 
-    def losses(
-        self,
-        anchors: List[Boxes],
-        pred_logits: List[Tensor],
-        gt_labels: List[Tensor],
-        pred_anchor_deltas: List[Tensor],
-        gt_boxes: List[Tensor],
-    ) -> Dict[str, Tensor]:
-        losses = super().losses(anchors, pred_logits, gt_labels, pred_anchor_deltas, gt_boxes)  # type: ignore[misc]
+    def losses(self, *inputs: Any) -> Dict[str, Tensor]:
+        """The detector's losses and ``loss_<name>_corr``; arguments as :meth:`detectron2.modeling.RetinaNet.losses`
+        (anchors per level, per-level logits, per-image anchor labels, per-level deltas, per-image matched boxes)."""
+        losses = super().losses(*inputs)  # type: ignore[misc]
+        anchors, pred_logits, gt_labels, pred_anchor_deltas, gt_boxes = inputs
         positives = PositiveTargets.of_labels(torch.stack(gt_labels), self.num_classes)
         boxes = DenseBoxes(self.box2box_transform, anchors, pred_anchor_deltas, gt_boxes, self.smooth_l1_beta)
         logits = cat(pred_logits, dim=1).reshape(len(positives.valid), -1)

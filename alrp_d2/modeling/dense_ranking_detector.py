@@ -11,7 +11,6 @@ from detectron2.structures import Boxes
 from detectron2.utils.events import get_event_storage
 from torch import Tensor
 
-from .correlation_term import correlation_terms
 from .dense_boxes import DenseBoxes
 from .head_ranking_loss import HeadLoss, HeadRankingLoss
 from .ranking_targets import RowLabels
@@ -66,7 +65,7 @@ class DenseRankingDetector:
     @classmethod
     def from_config(cls, cfg: CfgNode) -> Dict[str, Any]:
         ret = super().from_config(cfg)  # type: ignore[misc]
-        ret["ranking_loss"] = HeadRankingLoss.from_config(cfg, cls.ranking_loss_name, terms=correlation_terms(cfg))
+        ret["ranking_loss"] = HeadRankingLoss.from_config(cfg, cls.ranking_loss_name)
         return ret
 
     def losses(self, *inputs: Any) -> Dict[str, Tensor]:

@@ -11,6 +11,7 @@ from torch import Tensor, nn
 
 from ..config_check import require_config
 from ..losses.global_ranking import RANKINGS, ranking_group
+from .correlation_term import correlation_terms
 from .criteria.rank_sort_criterion import value_balance
 from .ranking_criterion import PositiveSource, RankingCriterion, build_ranking_criterion
 from .ranking_targets import PositiveTargets, RowLabels
@@ -138,10 +139,10 @@ class HeadRankingLoss(nn.Module):
         tau_key: str = "TAU",
         loss_weight: float = 1.0,
         balanced_tasks: Sequence[str] = (),
-        terms: Sequence[PositiveTerm] = (),
     ) -> HeadRankingLoss:
         """The loss of head ``name`` from MODEL.ALRP: the criterion of MODEL.ALRP.CRITERION with the head's delta and
-        tau (MODEL.ALRP.<delta_key>, <tau_key>), self-balanced from SB_INIT_WEIGHT or with the constant LOC_WEIGHT."""
+        tau (MODEL.ALRP.<delta_key>, <tau_key>), self-balanced from SB_INIT_WEIGHT or with the constant LOC_WEIGHT,
+        and the Correlation Loss term of MODEL.ALRP.CORR_WEIGHT > 0."""
         alrp = cfg.MODEL.ALRP
         for key in ("SB_INIT_WEIGHT", "LOC_WEIGHT"):
             require_config(alrp[key] > 0, f"MODEL.ALRP.{key}", alrp[key], "must be > 0")
@@ -153,7 +154,7 @@ class HeadRankingLoss(nn.Module):
             loss_weight=loss_weight,
             ranking=alrp.RANKING,
             balanced_tasks=balanced_tasks,
-            terms=terms,
+            terms=correlation_terms(cfg),
         )
 
     @property
