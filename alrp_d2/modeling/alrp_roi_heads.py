@@ -145,7 +145,9 @@ class AlrpROIHeads(StandardROIHeads):
         their (R,) ``score_weights`` and balanced by the box head's ``task_value``."""
         mask_head: RankSortMaskHead = self.mask_head
         foreground, selected = select_foreground_proposals(proposals, self.num_classes)
-        instances, weights = mask_head.subsample(foreground, score_weights[cat(selected)])
+        # The foreground rows by their number, known on the host: no synchronisation.
+        rows = torch.nonzero_static(cat(selected), size=sum(len(image) for image in foreground)).squeeze(1)
+        instances, weights = mask_head.subsample(foreground, score_weights[rows])
         # detectron2's _forward_mask in training, without selecting the foreground again (a sync per image).
         if self.mask_pooler is not None:
             mask_features = self.mask_pooler(
