@@ -132,7 +132,13 @@ class SelfBalanceHook(HookBase):
             if statistics is None:
                 rows.append(loss.loc_weight.new_zeros(width + 1, dtype=torch.float64))
             else:
-                values = [*statistics[:4], *(value for _, value in statistics.components)]
+                values = [
+                    statistics.loss_cls,
+                    statistics.loss_loc,
+                    statistics.positive_gradient_magnitude,
+                    statistics.negative_gradient_magnitude,
+                    *(value for _, value in statistics.components),
+                ]
                 row = torch.stack([value.double() for value in values])
                 rows.append(torch.cat([row, row.new_ones(1)]))
         table = torch.cat(rows)

@@ -158,10 +158,6 @@ class HeadRankingLoss(nn.Module):
         )
 
     @property
-    def loss_names(self) -> List[str]:
-        return [f"loss_{self.name}_cls", f"loss_{self.name}_loc"] + [f"loss_{self.name}_{t.name}" for t in self.terms]
-
-    @property
     def component_names(self) -> Tuple[str, ...]:
         """The names of :attr:`RankingStatistics.components`, logged as ``sb/<name>/<component>``: the criterion's
         (Rank & Sort Loss's ``rank``, ``sort``), with a ``value_balanced`` criterion the box loss's ``weight``
@@ -191,16 +187,19 @@ class HeadRankingLoss(nn.Module):
                 for task in self.balanced_tasks
                 for suffix in ("", "_weight")
             )
-        self._keep(
-            RankingStatistics(
-                loss_cls, output.loss_loc, output.positive_gradient_magnitude, output.negative_gradient_magnitude
-            ),
-            components,
+        self._statistics = RankingStatistics(
+            loss_cls.detach(),
+            output.loss_loc.detach(),
+            output.positive_gradient_magnitude.detach(),
+            output.negative_gradient_magnitude.detach(),
+            tuple((name, value.detach()) for name, value in components),
         )
-        names = self.loss_names
-        losses = {names[0]: self.loss_weight * loss_cls, names[1]: (self.loss_weight * loc_weight) * output.loss_loc}
-        for term_name, term in zip(names[2:], self.terms):
-            losses[term_name] = term(logits, positives, source, group)
+        losses = {
+            f"loss_{self.name}_cls": self.loss_weight * loss_cls,
+            f"loss_{self.name}_loc": (self.loss_weight * loc_weight) * output.loss_loc,
+        }
+        for term in self.terms:
+            losses[f"loss_{self.name}_{term.name}"] = term(logits, positives, source, group)
         return HeadLoss(losses, positives, loss_cls.detach())
 
     def balance_task(self, task: str, loss: Tensor, task_value: Tensor) -> Tensor:
@@ -216,11 +215,6 @@ class HeadRankingLoss(nn.Module):
             components = tuple((name, updates.get(name, value)) for name, value in self._statistics.components)
             self._statistics = self._statistics._replace(components=components)
         return (self.loss_weight * weight) * loss
-
-    def _keep(self, statistics: RankingStatistics, components: Tuple[Tuple[str, Tensor], ...]) -> None:
-        loss_cls, loss_loc, positive, negative = (value.detach() for value in statistics[:4])
-        components = tuple((name, value.detach()) for name, value in components)
-        self._statistics = RankingStatistics(loss_cls, loss_loc, positive, negative, components)
 
     def take_statistics(self) -> Optional[RankingStatistics]:
         """The statistics of the last :meth:`forward` (None if there was none since the last

@@ -60,4 +60,10 @@ class AlrpCriterion(RankingCriterion):
         terms = alrp_loss_indexed(
             logits, targets.flat_index(logits.shape[-1]), loc_losses, targets.valid, self.delta, self.eps, group
         )
-        return CriterionOutput(terms.loss_cls, terms.loss_loc, torch.ones_like(terms.loss_loc), *terms[2:])
+        return CriterionOutput(
+            terms.loss_cls,
+            terms.loss_loc,
+            torch.ones_like(terms.loss_loc),
+            terms.positive_gradient_magnitude,
+            terms.negative_gradient_magnitude,
+        )

@@ -74,7 +74,13 @@ class APCriterion(RankingCriterion):
             logits, targets.flat_index(logits.shape[-1]), targets.valid, self.delta, self.eps, group, self.interpolated
         )
         loss_loc = global_mean(loc_losses, group)
-        return CriterionOutput(ranking.loss, loss_loc, torch.ones_like(loss_loc), *ranking[1:])
+        return CriterionOutput(
+            ranking.loss,
+            loss_loc,
+            torch.ones_like(loss_loc),
+            ranking.positive_gradient_magnitude,
+            ranking.negative_gradient_magnitude,
+        )
 
 
 @RANKING_CRITERION_REGISTRY.register()
