@@ -3,7 +3,7 @@ of its last step."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, NamedTuple, Optional, Protocol, Sequence, Tuple
+from typing import Any, Dict, NamedTuple, Optional, Protocol, Sequence, Tuple
 
 import torch
 from detectron2.config import CfgNode
