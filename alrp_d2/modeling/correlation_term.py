@@ -47,14 +47,20 @@ class CorrelationTerm:
         self, logits: Tensor, positives: PositiveTargets, source: PositiveSource, group: Optional[RankingGroup]
     ) -> Tensor:
         scores = logits.reshape(-1)[positives.flat_index(logits.shape[-1])].sigmoid()
+        dtype = scores.dtype
         pred_boxes, target_boxes = source.decoded_boxes(positives)
         ious = paired_iou_giou(pred_boxes.detach(), target_boxes)[0]
         levels = source.levels(positives) if self.per_level else None
         if group is not None:
             scores, ious, levels = _gathered(scores, ious, levels, group)
+        # In float64 (P values): the result then depends on the order of the positives' sums by far less than the
+        # network's float32 arithmetic, on one worker or gathered from many.
+        scores64, ious64 = scores.double(), ious.double()
         if levels is None:
-            return self.weight * correlation_loss(scores, ious, self.kind)
-        return self.weight * correlation_loss_per_level(scores, ious, levels, source.num_levels, self.kind)
+            loss = correlation_loss(scores64, ious64, self.kind)
+        else:
+            loss = correlation_loss_per_level(scores64, ious64, levels, source.num_levels, self.kind)
+        return self.weight * loss.to(dtype)
 
     def __repr__(self) -> str:
         return f"CorrelationTerm(kind={self.kind!r}, weight={self.weight}, per_level={self.per_level})"
@@ -66,8 +72,8 @@ def _gathered(scores: Tensor, ious: Tensor, levels: Optional[Tensor], group: Ran
     assert exchange is not None
     columns = [scores.detach().double(), ious.double()] + ([] if levels is None else [levels.double()])
     table = exchange.gather(torch.stack(columns, dim=1))
-    all_scores = exchange.with_local(table[:, 0], scores).to(scores.dtype)
-    return all_scores, table[:, 1].to(ious.dtype), None if levels is None else table[:, 2].long()
+    all_scores = exchange.with_local(table[:, 0], scores)
+    return all_scores, table[:, 1], None if levels is None else table[:, 2].long()
 
 
 def correlation_terms(cfg: CfgNode) -> List[CorrelationTerm]:

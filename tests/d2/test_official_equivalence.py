@@ -236,8 +236,8 @@ def dense_run(name: str, variant: str, overrides: Tuple[str, ...] = ()) -> Dense
     record_output(model.head, store, "head", retain_grad=True)
     record_output(model.anchor_generator, store, "anchors")
     record_call(model, "label_anchors", store)
-    if hasattr(model, "positive_loc_errors"):
-        record_call(model, "positive_loc_errors", store)
+    if hasattr(model, "ranking_loss"):
+        record_call(model.ranking_loss.criterion, "localisation_losses", store)
     model.train()
     with EventStorage():
         losses = model(training_inputs())
@@ -377,10 +377,10 @@ def level_offsets(run: DenseRun) -> Tensor:
 def test_dense_localisation_errors(name, variant):
     """E_loc of every positive (aLRP Loss: 1 - GIoU; FoveaBox against its decoded clamped target)."""
     run = dense_run(name, variant)
-    (positives,), ours = run.calls["positive_loc_errors"]
+    (positives, _), ours = run.calls["localisation_losses"]
     official = run.fixture["variants"][variant]["train"]["calls"]["ranking_loss"][0]["regression_losses"]
     num_anchors = len(run.official_index)
-    rows = positives.targets.row
+    rows = positives.row
     our_keys = (rows // num_anchors) * num_anchors + run.official_index[rows % num_anchors]
     official_keys = official_positive_keys(run)
     assert torch.equal(torch.sort(our_keys).values, torch.sort(official_keys).values)
@@ -445,9 +445,9 @@ def two_stage_run(name: str, variant: str, overrides: Tuple[str, ...] = ()) -> T
     record_output(roi_heads.box_predictor, store, "box_predictor", retain_grad=True)
     record_call(rpn, "losses", store)
     record_call(roi_heads, "label_and_sample_proposals", store)
-    if name == "faster_rcnn_alrp":  # the ranking losses' inputs: (logits, positives, E_loc)
-        record_call(rpn.ranking_loss, "forward", store, "rpn_ranking_loss")
-        record_call(roi_heads.box_predictor.ranking_loss, "forward", store, "box_ranking_loss")
+    if name == "faster_rcnn_alrp":  # the criteria's localisation losses: (positives, boxes) -> E_loc
+        record_call(rpn.ranking_loss.criterion, "localisation_losses", store, "rpn_loc_losses")
+        record_call(roi_heads.box_predictor.ranking_loss.criterion, "localisation_losses", store, "box_loc_losses")
     model.train()
     with EventStorage():
         losses = model(training_inputs())
@@ -527,8 +527,8 @@ def test_two_stage_localisation_errors():
     positives' order differs between the frameworks)."""
     run = two_stage_run("faster_rcnn_alrp", "alrp")
     calls = run.fixture["variants"]["alrp"]["train"]["calls"]
-    for ours, official in (("rpn_ranking_loss", "rpn_ranking_loss"), ("box_ranking_loss", "roi_ranking_loss")):
-        (_, targets, loc_errors), _ = run.calls[ours]
+    for ours, official in (("rpn_loc_losses", "rpn_ranking_loss"), ("box_loc_losses", "roi_ranking_loss")):
+        (targets, _), loc_errors = run.calls[ours]
         expected = calls[official][0]["regression_losses"]
         assert len(loc_errors) == len(expected) == len(targets.row) > 0
         assert relative_error(torch.sort(loc_errors.detach()).values, torch.sort(expected).values) < TOLERANCE
@@ -681,7 +681,7 @@ def test_detectron2_low_quality_matches_keep_the_max_iou_ground_truth():
 def test_foveabox_with_detectron2_conventions_differs(key, value):
     run = dense_run("foveabox", "alrp", (key, value))
     if key.endswith("ALRP_LOC_TARGET"):  # the thin object's clamped target
-        (_,), ours = run.calls["positive_loc_errors"]
+        _, ours = run.calls["localisation_losses"]
         official = run.fixture["variants"]["alrp"]["train"]["calls"]["ranking_loss"][0]["regression_losses"]
         assert (torch.sort(ours.detach()).values - torch.sort(official).values).abs().max() > 1e-3
         return

@@ -306,13 +306,19 @@ def test_train_filter_key_chooses_the_training_images(tmp_path):
         ("alrp_R50_500.yaml", "MODEL.ANCHOR_GENERATOR.SCALES_PER_OCTAVE", "0", "SCALES_PER_OCTAVE=0"),
         ("alrp_R50_500.yaml", "INPUT.TEST_RESIZE", "pil", "TEST_RESIZE='pil'"),
         ("alrp_R50_500.yaml", "DATALOADER.TRAIN_FILTER", "coco", "TRAIN_FILTER='coco'"),
-        ("foveabox_alrp_R50_500.yaml", "MODEL.FOVEABOX.ALRP_LOC_TARGET", "target", "ALRP_LOC_TARGET='target'"),
         ("alrp_R50_500.yaml", "MODEL.BACKBONE.NAME", "build_retinanet_resnet_fpn_backbone", "RELU_BEFORE_P7 False"),
     ],
 )
 def test_official_network_keys_name_bad_values(config, key, value, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
         setup_cfg(f"{CONFIG_DIR}/{config}", [key, value])
+
+
+def test_foveabox_loc_target_is_checked_when_the_model_is_built():
+    cfg = setup_cfg(f"{CONFIG_DIR}/foveabox_alrp_R50_500.yaml", ["MODEL.FOVEABOX.ALRP_LOC_TARGET", "target"])
+    cfg.MODEL.DEVICE, cfg.MODEL.WEIGHTS = "cpu", ""
+    with pytest.raises(ValueError, match="MODEL.FOVEABOX.ALRP_LOC_TARGET='target'"):
+        build_model(cfg)
 
 
 def test_fpn_keys_need_the_registered_backbones():
