@@ -13,16 +13,11 @@ from .relation_sums import PositiveRanking
 __all__ = [
     "ErrorDrivenRankingLoss",
     "RankingLossOutput",
-    "NonFiniteInputError",
     "output_dtype",
     "check_hyperparameters",
     "nan_unless_finite",
     "zero_connected",
 ]
-
-
-class NonFiniteInputError(FloatingPointError):
-    """A ranking loss received a NaN or infinite logit or localisation error."""
 
 
 class RankingLossOutput(NamedTuple):
