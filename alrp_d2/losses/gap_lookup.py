@@ -57,7 +57,8 @@ class GapLookup:
     Attributes:
         lower: 0-d, the smallest edge; ``scale``: 0-d, cells per unit (both in the compute dtype,
             float32 or float64, that of ``edges``).
-        first: (G,) int32, the number of edges in the cells before each cell.
+        first: (G,) the number of edges in the cells before each cell, in the compute dtype (whole numbers,
+            exact below 2^24 edges in float32).
         edges: the rounded edges in the compute dtype followed by NaN (at least a window past the last).
         steps: the binary search's steps, ``ceil(log2(K + 1))``.
         inclusive: the gap counts the edges equal to a value.
@@ -88,12 +89,12 @@ class GapLookup:
         cell = torch.empty(len(edges), dtype=torch.int32, device=edges.device)
         # Padding goes past the last cell, so that no cell counts it.
         edge_cells = torch.where(real, unsearched.cells(rounded, rounded.clone(), cell), num_cells)
-        first = torch.searchsorted(edge_cells, torch.arange(num_cells + 1, device=edges.device), out_int32=True)
+        first = torch.searchsorted(edge_cells, torch.arange(num_cells + 1, device=edges.device))
         fullest = int((first[1:] - first[:-1]).max())  # the one host synchronisation
         steps = max(fullest, 1).bit_length()
         # NaN padding: no comparison with it holds, not even with an infinite value.
         padded = torch.cat([torch.where(real, rounded, torch.nan), rounded.new_full(((1 << steps),), torch.nan)])
-        return GapLookup(lower, scale, first[:-1], padded, steps, inclusive)
+        return GapLookup(lower, scale, first[:-1].to(compute), padded, steps, inclusive)
 
     @property
     def num_cells(self) -> int:
@@ -106,14 +107,17 @@ class GapLookup:
         scratch.mul_(self.scale).clamp_(0, self.num_cells - 1)
         return out.copy_(scratch).clamp_(0, self.num_cells - 1)  # a NaN becomes a number out of range
 
-    def gaps(self, values: Tensor, out: Tensor, scratch: Tensor, cell: Tensor, below: Tensor) -> Tensor:
-        """The gap of every value (compute dtype), written to ``out`` (int32); ``scratch`` (compute dtype),
-        ``cell`` (int32) and ``below`` (bool) are workspace of the values' shape."""
-        torch.index_select(self.first, 0, self.cells(values, scratch, cell), out=out)
-        compare = torch.le if self.inclusive else torch.lt
+    def gaps(self, values: Tensor, out: Tensor, scratch: Tensor, index: Tensor) -> Tensor:
+        """The gap of every value (compute dtype), written to ``out`` (compute dtype, whole numbers);
+        ``scratch`` (compute dtype) and ``index`` (int32) are workspace of the values' shape.
+
+        The search runs on floating-point positions (exact: the edges are fewer than 2^24) and
+        comparisons written as 0 or 1 in place, which need no conversion of a bool tensor."""
+        torch.index_select(self.first, 0, self.cells(values, scratch, index), out=out)
         for level in reversed(range(self.steps)):
             # The window [out, out + 2 half - 1) keeps its upper half where its middle edge is below the value.
             half = 1 << level
-            torch.index_select(self.edges[half - 1 :], 0, out, out=scratch)
-            out.add_(compare(scratch, values, out=below), alpha=half)
+            torch.index_select(self.edges[half - 1 :], 0, index.copy_(out), out=scratch)
+            below = scratch.le_(values) if self.inclusive else scratch.lt_(values)
+            out.add_(below, alpha=half)
         return out

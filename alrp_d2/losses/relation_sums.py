@@ -191,27 +191,29 @@ class Negatives:
         device, total = logits.device, logits.numel()
         size = min(CHUNK, total)
         compute = lookup.edges.dtype
-        converted, scratch = torch.empty(2, size, dtype=compute, device=device)
-        cell, gap = torch.empty(2, size + 1, dtype=torch.int32, device=device)  # + a slot for other chunks' positives
-        below = torch.empty(size, dtype=torch.bool, device=device)
-        ones, shifted = torch.ones(2, size, dtype=torch.float64, device=device)
+        values, scratch, position = torch.empty(3, size + 1, dtype=compute, device=device)
+        cell = torch.empty(size, dtype=torch.int32, device=device)
         index = torch.empty(size, dtype=torch.long, device=device)
+        ones, shifted = torch.ones(2, size, dtype=torch.float64, device=device)
         gaps = torch.empty(total, dtype=torch.int16 if edges.num_gaps < 1 << 15 else torch.int32, device=device)
         totals = torch.zeros(2, edges.num_gaps, dtype=torch.float64, device=device)
+        below_every_edge = torch.full((), -torch.inf, dtype=compute, device=device)
         for start, end in _chunks(total):
             n = end - start
-            values = logits[start:end]
-            if values.dtype != compute:
-                values = converted[:n].copy_(values)
-            chunk_gaps = lookup.gaps(values, gap[:n], scratch[:n], cell[:n], below[:n])
+            # The positives and the ignored entries become -inf, below every edge: gap 0.
+            chunk = logits[start:end]
+            if valid is None or chunk.dtype != compute:
+                chunk = values[:n].copy_(chunk)
             if valid is not None:
-                chunk_gaps.mul_(valid[start:end])
+                torch.where(valid[start:end], chunk, below_every_edge, out=values[:n])
             local = positive_index - start
-            gap[: n + 1].index_fill_(0, torch.where((local >= 0) & (local < n), local, n), 0)
+            values.index_fill_(0, torch.where((local >= 0) & (local < n), local, n), -torch.inf)  # slot n: the others
+            chunk_gaps = lookup.gaps(values[:n], position[:n], scratch[:n], cell[:n])
             gaps[start:end] = chunk_gaps
             chunk_index = index[:n].copy_(chunk_gaps)
             totals[0].scatter_add_(0, chunk_index, ones[:n])
-            totals[1].scatter_add_(0, chunk_index, shifted[:n].copy_(values).sub_(offset))
+            totals[1].scatter_add_(0, chunk_index, shifted[:n].copy_(values[:n]).sub_(offset))
+        totals[:, 0] = 0.0  # gap 0 (below every edge, -inf included) relates to no positive
         return Negatives(logits, offset, gaps), totals
 
     def relation_sums(self, intercept: Tensor, slope: Optional[Tensor], dtype: torch.dtype) -> Tensor:
