@@ -1,6 +1,7 @@
 """The published loss functions of other implementations, loaded at run time for side-by-side
 benchmarks: the official aLRP Loss and AP Loss loops (kemaloksuz/aLRPLoss), the official Rank & Sort
-Loss loop (kemaloksuz/RankSortLoss) and BRL's bucketed losses (blisgard/BucketedRankingBasedLosses).
+Loss loop (kemaloksuz/RankSortLoss) and BRL's bucketed losses (blisgard/BucketedRankingBasedLosses);
+and the losses of another checkout of this project (the previous implementation).
 
 None of their code is part of this project: each file is loaded from the repository path given on
 the command line, with ``Tensor.cuda()`` redirected to the benchmark's device (the official
@@ -20,7 +21,7 @@ from typing import Callable, Dict, Optional, Tuple
 import torch
 from torch import Tensor
 
-__all__ = ["REFERENCES", "load_reference"]
+__all__ = ["REFERENCES", "load_previous", "load_reference"]
 
 ALRP_REPO_FILES = {"alrp": "mmdet/models/losses/alrp_loss.py", "ap": "mmdet/models/losses/ap_loss.py"}
 RANKING_LOSSES_FILE = "mmdet/models/losses/ranking_losses.py"
@@ -67,6 +68,26 @@ def _load_registered(name: str, path: str) -> types.ModuleType:
     )
     sys.modules[f"{package}.models.builder"] = builder
     return _load_file(f"{package}.models.losses.{name}", path, f"{package}.models.losses")
+
+
+def load_previous(repo: str) -> types.ModuleType:
+    """The ``alrp_d2.losses`` package of another checkout of this project (e.g. ``git archive main | tar -x
+    -C DIR``), imported under its own name so that it runs beside this checkout's."""
+    path = os.path.join(repo, "alrp_d2", "losses")
+    name = "previous_alrp_d2_losses"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(
+        name, os.path.join(path, "__init__.py"), submodule_search_locations=[path]
+    )
+    if spec is None or spec.loader is None:
+        raise FileNotFoundError(
+            f"{path} holds no alrp_d2.losses package: is --previous-repo a checkout of this project?"
+        )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def load_reference(loss: str, implementation: str, repo: str, device: str) -> Callable[..., Tuple[Tensor, ...]]:

@@ -16,7 +16,7 @@ import torch.multiprocessing as mp
 
 from alrp_d2.losses import NonFiniteInputError, alrp_loss_terms, ap_loss_terms
 from alrp_d2.losses.global_ranking import exchange_checked, global_mean, ranking_group
-from alrp_d2.losses.labels import check_ranking_inputs
+from alrp_d2.losses.input_checks import check_ranking_inputs
 
 NUM_CASES = 12
 TOLERANCE = {torch.float64: 1e-6, torch.float32: 1e-5}

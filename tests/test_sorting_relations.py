@@ -58,7 +58,7 @@ def test_unit_step_ranking_equals_brute_force():
     gen = torch.Generator().manual_seed(0)
     logits = torch.round(torch.randn(200, generator=gen, dtype=torch.float64) * 2) / 2
     labels = torch.randint(0, 2, (200,), generator=gen)
-    ranking = PositiveRanking.build(logits, labels == 1, labels == 0, 0.0)
+    ranking = PositiveRanking.build(logits, torch.nonzero(labels == 1).squeeze(1), labels == 0, 0.0)
     positives = ranking.positive_scores
     negatives = logits[labels == 0] - logits[labels == 1].min()
     weights = torch.rand(positives.numel(), generator=gen, dtype=torch.float64)
@@ -67,7 +67,7 @@ def test_unit_step_ranking_equals_brute_force():
     torch.testing.assert_close(ranking.num_false_positives, num_false_positives)
     torch.testing.assert_close(ranking.rank, 1 + among_positives.sum(1) + num_false_positives)
     torch.testing.assert_close(ranking.positive_relation_sum(weights), among_positives @ weights)
-    relevant = negatives[negatives >= 0]
-    torch.testing.assert_close(
-        ranking.negative_relation_sum(weights), step(relevant[:, None] - positives[None, :]) @ weights
-    )
+    # Every entry of the logits: the negatives' sums (0 below every positive), 0 for the positives.
+    negative_sums = ranking.negative_relation_sum(weights)
+    torch.testing.assert_close(negative_sums[labels == 0], step(negatives[:, None] - positives[None, :]) @ weights)
+    assert torch.all(negative_sums[labels == 1] == 0)

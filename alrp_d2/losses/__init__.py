@@ -3,8 +3,9 @@
 from .alrp_loss import AlrpLossTerms, alrp_loss, alrp_loss_indexed, alrp_loss_terms
 from .ap_loss import ap_loss, ap_loss_indexed, ap_loss_terms
 from .correlation_loss import CORRELATION_KINDS, correlation_loss, correlation_loss_per_level
-from .error_driven import NonFiniteInputError, RankingLossOutput
+from .error_driven import RankingLossOutput
 from .global_ranking import RankingGroup, ranking_group
+from .input_checks import NonFiniteInputError
 from .localisation_error import loc_error
 from .rank_sort_loss import RankSortLossTerms, rank_sort_loss, rank_sort_loss_indexed, rank_sort_loss_terms
 from .soft_rank import soft_rank

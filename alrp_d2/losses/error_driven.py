@@ -13,16 +13,11 @@ from .relation_sums import PositiveRanking
 __all__ = [
     "ErrorDrivenRankingLoss",
     "RankingLossOutput",
-    "NonFiniteInputError",
     "output_dtype",
     "check_hyperparameters",
     "nan_unless_finite",
     "zero_connected",
 ]
-
-
-class NonFiniteInputError(FloatingPointError):
-    """A ranking loss received a NaN or infinite logit or localisation error."""
 
 
 class RankingLossOutput(NamedTuple):
@@ -80,7 +75,9 @@ class ErrorDrivenRankingLoss(torch.autograd.Function):
     In a global ranking (``ranking.exchange`` set) P holds every worker's positives and the
     loss is the global one on every worker; the logits receive their gradient multiplied by
     the world size, so that DDP's average over the workers is the global loss's gradient. The
-    negative gradient magnitude is summed over the workers (one all-reduce of one float).
+    negative gradient magnitude is that of every worker's negatives (from the all-reduced gap totals).
+
+    The forward does not pass over the logits; the backward writes their gradient in one pass.
 
     Call as ``ErrorDrivenRankingLoss.apply(logits, ranking, errors, targets, loss_terms, eps[,
     extra_positive_grad])`` with per-positive tensors in the ranking's sorted order. Returns
@@ -107,29 +104,28 @@ class ErrorDrivenRankingLoss(torch.autograd.Function):
             positive_grad = positive_grad + extra_positive_grad
         distributed = torch.where(active, update / ranking.num_false_positives.clamp_min(eps), 0.0) / normaliser
         dtype = output_dtype(logits)
-        negative_grad = ranking.negative_relation_sum(distributed, dtype)
         local_positive_grad = positive_grad if ranking.local_slot is None else positive_grad[ranking.local_slot]
 
+        # The negatives' gradient is written in the backward, in one pass over the logits.
         ctx.shape = logits.shape
+        ctx.dtype = dtype
         ctx.scale = ranking.gradient_scale
-        ctx.save_for_backward(
-            ranking.positive_index, ranking.negative_mask, local_positive_grad.to(dtype), negative_grad
-        )
+        ctx.ranking = ranking
+        ctx.save_for_backward(distributed, local_positive_grad)
         terms = errors if loss_terms is None else loss_terms
         loss = (terms.sum() / normaliser).to(dtype)
-        positive_magnitude = torch.linalg.vector_norm(positive_grad, 1)
-        negative_magnitude = torch.linalg.vector_norm(negative_grad, 1).double()  # no float64 copy of the gradient
-        if ranking.exchange is not None:
-            negative_magnitude = ranking.exchange.all_reduce_sum(negative_magnitude)
-        positive_magnitude, negative_magnitude = positive_magnitude.to(dtype), negative_magnitude.to(dtype)
+        positive_magnitude = torch.linalg.vector_norm(positive_grad, 1).to(dtype)
+        # Every negative's gradient sum_i w_i H(x_ij) is >= 0 (the shares w_i are), so its magnitude is
+        # its value, summed over the negatives of every worker from their gap totals.
+        negative_magnitude = ranking.negative_relation_total(distributed).to(dtype)
         ctx.mark_non_differentiable(positive_magnitude, negative_magnitude)
         return loss, positive_magnitude, negative_magnitude
 
     @staticmethod
     def backward(ctx: Any, grad_loss: Tensor, *unused: Tensor) -> Tuple[Optional[Tensor], ...]:
-        positive_index, negative_mask, positive_grad, negative_grad = ctx.saved_tensors
-        scale = grad_loss * ctx.scale if ctx.scale != 1.0 else grad_loss
-        grad = negative_grad.new_zeros(negative_mask.shape).masked_scatter_(negative_mask, negative_grad)
-        grad.mul_(scale)
-        grad[positive_index] = positive_grad * scale
+        distributed, positive_grad = ctx.saved_tensors
+        ranking = ctx.ranking
+        scale = (grad_loss * ctx.scale).double()
+        grad = ranking.negative_relation_sum(distributed * scale, ctx.dtype)
+        grad[ranking.positive_index] = (positive_grad * scale).to(ctx.dtype)
         return grad.view(ctx.shape), None, None, None, None, None, None

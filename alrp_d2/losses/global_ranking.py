@@ -31,7 +31,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from .error_driven import NonFiniteInputError
+from .input_checks import NonFiniteInputError
 
 __all__ = [
     "RANKINGS",

@@ -10,7 +10,7 @@ from torch import Tensor
 
 from .error_driven import output_dtype, zero_connected
 from .global_ranking import PositiveExchange, RankingGroup, exchange_checked
-from .labels import check_rank_sort_inputs, check_ranking_inputs
+from .input_checks import check_rank_sort_inputs, check_ranking_inputs
 from .relation_sums import PositiveRanking
 
 __all__ = ["RankingInputs"]
@@ -46,7 +46,7 @@ class RankingInputs(NamedTuple):
         logits: Tensor, labels: Tensor, extra: Optional[Tensor], group: Optional[RankingGroup]
     ) -> RankingInputs:
         """The label API: (M,) ``labels`` 1 / 0 / -1 and the positives' ``extra`` values (E_loc),
-        validated (:func:`alrp_d2.losses.labels.check_ranking_inputs`) on every worker."""
+        validated (:func:`alrp_d2.losses.input_checks.check_ranking_inputs`) on every worker."""
         num_positives, exchange = exchange_checked(
             lambda: check_ranking_inputs(logits, labels, extra), logits.device, group
         )
@@ -56,7 +56,7 @@ class RankingInputs(NamedTuple):
     @staticmethod
     def targeted(logits: Tensor, targets: Tensor, group: Optional[RankingGroup]) -> RankingInputs:
         """Rank & Sort Loss's label API: (M,) continuous ``targets`` (> 0 positive, 0 negative,
-        < 0 ignored), validated (:func:`alrp_d2.losses.labels.check_rank_sort_inputs`)."""
+        < 0 ignored), validated (:func:`alrp_d2.losses.input_checks.check_rank_sort_inputs`)."""
         num_positives, exchange = exchange_checked(
             lambda: check_rank_sort_inputs(logits, targets), logits.device, group
         )

@@ -1,4 +1,4 @@
-"""Ranking statistics of positives against positives and negatives, in O((P + N) log P).
+"""Ranking statistics of positives against positives and negatives, in O(N + P log P).
 
 Notation of the paper (Sec. 2.1, App. E): for a positive ``i`` and any example ``j``,
 ``x_ij = s_j - s_i`` and the smoothed step of App. E, Eq. (14),
@@ -10,22 +10,26 @@ scores ``q_i`` and weighted sources ``v_j`` (the negatives, or the positives the
 ``sum_j u_j H(v_j - q_i)`` for every positive, or ``sum_i w_i H(v_j - q_i)`` for every source.
 A source is fully above the positives with ``q_i + delta < v`` and inside the linear band of
 those with ``|v - q_i| <= delta``. Both sets are prefixes of the sorted positives, determined by
-where ``v`` falls among the 2P sorted *band edges* ``q_i - delta`` and ``q_i + delta``: one binary
-search per source. Sources in the same gap between edges share their prefixes, so
-``sum_j u_j H(v_j - q_i)`` needs only each gap's count and sum of ``u`` and ``u v`` (bucket
-counts), and ``sum_i w_i H(v_j - q_i) = A[gap] + B[gap] v_j`` with two per-gap coefficients
-(prefix sums). No P x N matrix, no loop over positives; everything is accumulated in float64.
-H is continuous, so a source that rounding places on the other side of an edge contributes the
-same. ``delta = 0`` is the unit step ``H(x) = 1`` for ``x >= 0`` (``H(0) = 1``): the two edges of a
-positive coincide, a source equal to a positive's score lies above it, and there is no band.
+where ``v`` falls among the distinct sorted *band edges* ``q_i - delta`` and ``q_i + delta`` (its
+*gap*). Sources in the same gap share their prefixes, so ``sum_j u_j H(v_j - q_i)`` needs only each
+gap's count and sum of ``u`` and ``u v`` (gap totals), and ``sum_i w_i H(v_j - q_i) = A[gap] +
+B[gap] v_j`` with two per-gap coefficients (prefix sums). No P x N matrix, no loop over positives;
+everything is accumulated in float64. H is continuous, so a source equal to an edge contributes
+the same in either neighbouring gap. ``delta = 0`` is the unit step ``H(x) = 1`` for ``x >= 0``
+(``H(0) = 1``): the two edges of a positive coincide, a source equal to a positive's score lies
+above it, and there is no band.
 
-The negatives stay in the logits' dtype: they are placed among the band edges rounded down to that
-dtype, which compares exactly as float64 would, and are turned into float64 in chunks of
-:data:`CHUNK` examples, so that no float64 copy of all of them exists.
+The positives find their gaps by binary search (O(P log P)). The negatives are the entries of the
+flat logits that are neither positive nor ignored; they stay in the logits' dtype and find their
+gaps by the grid of :mod:`alrp_d2.losses.gap_lookup` in O(1) each, exactly. They are read in
+chunks of :data:`CHUNK` entries, each chunk once per pass with small reused buffers, so that no
+N-sized temporary exists: one pass in the forward (the gap totals), one in the backward (the
+gradient, written once). An entry below every edge, ignored or positive lies in gap 0, which
+relates to no positive.
 
-The per-gap counts and sums are additive over disjoint sets of sources: a global ranking over
-several workers (:mod:`alrp_d2.losses.global_ranking`) builds the same edges from the gathered
-positives on every worker and sums the workers' per-gap totals of their negatives (O(P) floats).
+The gap totals are additive over disjoint sets of sources: a global ranking over several workers
+(:mod:`alrp_d2.losses.global_ranking`) builds the same edges from the gathered positives on every
+worker and sums the workers' gap totals of their negatives (O(P) floats).
 """
 
 from __future__ import annotations
@@ -36,13 +40,15 @@ from typing import TYPE_CHECKING, Iterator, Optional, Tuple
 import torch
 from torch import Tensor
 
+from .gap_lookup import GapLookup
+
 if TYPE_CHECKING:
     from .global_ranking import PositiveExchange
 
-__all__ = ["CHUNK", "BandEdges", "PositiveRanking", "Sources"]
+__all__ = ["CHUNK", "BandEdges", "Negatives", "PositiveRanking"]
 
-#: Sources turned into float64 at once (2 MB of float64 per chunk, so that the copies stay small).
-CHUNK = 1 << 18
+#: Entries of the logits read at once (a few MB of buffers, reused from chunk to chunk).
+CHUNK = 1 << 17
 
 
 def _exclusive_cumsum(x: Tensor) -> Tensor:
@@ -51,36 +57,17 @@ def _exclusive_cumsum(x: Tensor) -> Tensor:
 
 
 @dataclass(frozen=True)
-class Sources:
-    """Examples related to the sorted positives: their ``values`` in any float dtype, minus
-    ``offset`` (float64, 0-d; None: already on the positives' scale), and the gap of each.
-
-    The shifted float64 values are produced in chunks of :data:`CHUNK`."""
-
-    values: Tensor
-    gap: Tensor
-    offset: Optional[Tensor] = None
-
-    def __len__(self) -> int:
-        return self.values.numel()
-
-    def chunks(self) -> Iterator[Tuple[int, int, Tensor, Tensor]]:
-        """``(start, end, shifted float64 values, gaps)`` of every chunk; the values are a copy."""
-        for start in range(0, len(self), CHUNK):
-            end = min(start + CHUNK, len(self))
-            shifted = self.values[start:end].to(torch.float64, copy=True)
-            if self.offset is not None:
-                shifted = shifted.sub_(self.offset)
-            yield start, end, shifted, self.gap[start:end]
-
-
-@dataclass(frozen=True)
 class BandEdges:
-    """The 2P sorted band edges ``q_i -/+ delta`` of the sorted positive scores ``q``.
+    """The distinct sorted band edges ``q_i -/+ delta`` of the sorted positive scores ``q``.
 
-    A source in gap ``g`` (``g`` edges below it) lies fully above the positives
-    ``[0, above_end[g])`` and inside the band of the positives ``[above_end[g], band_end[g])``.
-    With ``delta = 0`` (the unit step) a source's gap counts the edges at or below it.
+    A source in gap ``g`` (``g`` distinct edges below it; at or below it for the unit step) lies fully
+    above the positives ``[0, above_end[g])`` and inside the band of the positives
+    ``[above_end[g], band_end[g])``.
+
+    Attributes:
+        delta: smoothness of H (0: the unit step).
+        edges: (2P,) float64, the distinct edges ascending, then ``+inf``.
+        above_end, band_end: (2P + 1,) int64, per gap.
     """
 
     delta: float
@@ -90,56 +77,58 @@ class BandEdges:
 
     @staticmethod
     def of(sorted_scores: Tensor, delta: float) -> BandEdges:
-        upper = sorted_scores + delta
-        edges, order = torch.sort(torch.cat([upper, sorted_scores - delta]))
-        is_upper = order < len(upper)
-        return BandEdges(delta, edges, _exclusive_cumsum(is_upper.long()), _exclusive_cumsum((~is_upper).long()))
+        num = len(sorted_scores)
+        raw, order = torch.sort(torch.cat([sorted_scores + delta, sorted_scores - delta]))
+        is_upper = order < num
+        starts_run = torch.ones_like(is_upper)
+        starts_run[1:] = raw[1:] != raw[:-1]
+        slot = torch.cumsum(starts_run, 0) - 1  # the distinct edge of every edge
+        edges = raw.new_full((2 * num,), torch.inf).scatter_reduce_(0, slot, raw, "amax", include_self=False)
+        counts = torch.zeros(2, 2 * num + 1, dtype=torch.long, device=raw.device)
+        for row, edge_kind in zip(counts, (is_upper, ~is_upper)):
+            row.index_add_(0, slot + 1, edge_kind.long())
+        above_end, band_end = torch.cumsum(counts, 1)
+        return BandEdges(delta, edges, above_end, band_end)
 
     @property
     def num_gaps(self) -> int:
         return self.edges.numel() + 1
 
     @property
+    def unit_step(self) -> bool:
+        return self.delta == 0
+
+    @property
     def self_relation(self) -> float:
         """H(0): 0.5 for the smoothed step, 1 for the unit step (``delta = 0``)."""
-        return 1.0 if self.delta == 0 else 0.5
+        return 1.0 if self.unit_step else 0.5
 
-    def locate(self, values: Tensor, offset: Optional[Tensor] = None) -> Tensor:
-        """The gap of every value (int32): the number of edges below it (at or below it for the
-        unit step, whose H(0) = 1), for values on the positives' scale (``offset`` None) or in
-        their own dtype and shifted by ``offset``: the edges plus the offset are rounded to that
-        dtype (down, or up for the unit step), so that the comparisons hold exactly when they hold
-        in float64."""
-        edges = self.edges
-        unit_step = self.delta == 0
-        if offset is not None:
-            raw = edges + offset
-            edges = raw.to(values.dtype)
-            if unit_step:
-                edges = torch.where(edges.double() < raw, torch.nextafter(edges, edges.new_tensor(torch.inf)), edges)
-            else:
-                edges = torch.where(edges.double() > raw, torch.nextafter(edges, edges.new_tensor(-torch.inf)), edges)
-        return torch.bucketize(values, edges, out_int32=True, right=unit_step)
+    def locate(self, values: Tensor) -> Tensor:
+        """The gap of every float64 value on the positives' scale (binary search)."""
+        return torch.searchsorted(self.edges, values, right=self.unit_step)
 
-    def gap_totals(self, sources: Sources, weights: Optional[Tensor] = None) -> Tensor:
-        """(2, num_gaps) float64: every gap's sum of the sources' weights ``u`` (``None``: all 1,
-        a count) and of ``u * v``. Summable over disjoint sets of sources (the workers' negatives)."""
-        totals = torch.zeros(2, self.num_gaps, dtype=torch.float64, device=self.edges.device)
-        for start, end, values, gap in sources.chunks():
-            weight = values.new_ones(end - start) if weights is None else weights[start:end]
-            totals[0].index_add_(0, gap, weight)
-            totals[1].index_add_(0, gap, values.mul_(weight))
+    def lookup(self, offset: Tensor, dtype: torch.dtype) -> GapLookup:
+        """The grid that finds the gap of a value of ``dtype`` minus ``offset`` (0-d float64) in O(1)."""
+        return GapLookup.build(self.edges, offset, dtype, inclusive=self.unit_step)
+
+    def gap_totals(self, values: Tensor, gaps: Tensor, weights: Optional[Tensor] = None) -> Tensor:
+        """(2, num_gaps) float64: every gap's sum of the float64 sources' weights ``u`` (``None``: all
+        1, a count) and of ``u * v``."""
+        weight = torch.ones_like(values) if weights is None else weights
+        totals = values.new_zeros(2, self.num_gaps)
+        totals[0].index_add_(0, gaps, weight)
+        totals[1].index_add_(0, gaps, values * weight)
         return totals
 
     def sum_from_gap_totals(self, queries: Tensor, totals: Tensor) -> Tensor:
         """``sum_j u_j H(v_j - q_i)`` for every sorted positive ``q_i`` from the sources'
-        :meth:`gap_totals`: per-gap sums scattered to where the gaps' prefixes end."""
+        gap totals: per-gap sums scattered to where the gaps' prefixes end."""
         gap_weight = totals[0]
         num = queries.numel()
         above = queries.new_zeros(num + 1).index_add_(0, self.above_end, gap_weight)
         # Sources above query i: gaps whose above-prefix ends after i (a suffix sum).
         above = torch.flip(torch.cumsum(torch.flip(above, [0]), 0), [0])[1:]
-        if self.delta == 0:
+        if self.unit_step:
             return above
         inv_two_delta = 0.5 / self.delta
         gap_constant = totals[1] * inv_two_delta + 0.5 * gap_weight
@@ -149,28 +138,102 @@ class BandEdges:
         band = torch.cumsum(band, 1)[:, :-1]
         return above + band[0] - band[1] * queries * inv_two_delta
 
-    def sum_at_positives(self, queries: Tensor, sources: Sources, weights: Optional[Tensor] = None) -> Tensor:
-        """``sum_j u_j H(v_j - q_i)`` for every sorted positive ``q_i``, from the sources and
-        their weights ``u`` (``None``: all 1)."""
-        return self.sum_from_gap_totals(queries, self.gap_totals(sources, weights))
-
-    def sum_at_sources(
-        self, queries: Tensor, weights: Tensor, sources: Sources, dtype: torch.dtype = torch.float64
+    def sum_at_positives(
+        self, queries: Tensor, values: Tensor, gaps: Tensor, weights: Optional[Tensor] = None
     ) -> Tensor:
-        """``sum_i w_i H(v_j - q_i)`` for every source ``v_j``: ``A[gap] + B[gap] v``, in ``dtype``."""
+        """``sum_j u_j H(v_j - q_i)`` for every sorted positive ``q_i``, from the float64 sources, their
+        gaps and their weights ``u`` (``None``: all 1)."""
+        return self.sum_from_gap_totals(queries, self.gap_totals(values, gaps, weights))
+
+    def coefficients(self, queries: Tensor, weights: Tensor) -> Tuple[Tensor, Optional[Tensor]]:
+        """``(A, B)`` per gap with ``sum_i w_i H(v - q_i) = A[gap] + B[gap] v`` for a source ``v`` on the
+        positives' scale; ``B`` is None for the unit step (H is 1 above, 0 below, no band)."""
         prefix = _exclusive_cumsum(weights)
-        intercept = above = prefix[self.above_end]
-        slope: Optional[Tensor] = None  # the unit step has no band: H is 1 above, 0 below
-        if self.delta != 0:
-            inv_two_delta = 0.5 / self.delta
-            prefix_weighted = _exclusive_cumsum(weights * queries)
-            band_weight = prefix[self.band_end] - above
-            band_weighted_query = prefix_weighted[self.band_end] - prefix_weighted[self.above_end]
-            intercept = above + 0.5 * band_weight - band_weighted_query * inv_two_delta
-            slope = band_weight * inv_two_delta
-        result = torch.empty(len(sources), dtype=dtype, device=queries.device)
-        for start, end, values, gap in sources.chunks():
-            result[start:end] = intercept[gap] if slope is None else values.mul_(slope[gap]).add_(intercept[gap])
+        above = prefix[self.above_end]
+        if self.unit_step:
+            return above, None
+        inv_two_delta = 0.5 / self.delta
+        prefix_weighted = _exclusive_cumsum(weights * queries)
+        band_weight = prefix[self.band_end] - above
+        band_weighted_query = prefix_weighted[self.band_end] - prefix_weighted[self.above_end]
+        return above + 0.5 * band_weight - band_weighted_query * inv_two_delta, band_weight * inv_two_delta
+
+
+def _chunks(total: int) -> Iterator[Tuple[int, int]]:
+    for start in range(0, total, CHUNK):
+        yield start, min(start + CHUNK, total)
+
+
+@dataclass(frozen=True)
+class Negatives:
+    """The entries of the flat logits that are neither positive nor ignored, with their gaps among the
+    positives' band edges (module docstring).
+
+    Attributes:
+        logits: (M,) the flat logits (detached, their dtype).
+        offset: 0-d float64, subtracted from the logits to put them on the positives' scale.
+        gaps: (M,) int16 (int32 from 2^15 gaps on) the gap of every entry, 0 for the positives and the
+            ignored entries.
+    """
+
+    logits: Tensor
+    offset: Tensor
+    gaps: Tensor
+
+    @staticmethod
+    def scan(
+        logits: Tensor, valid: Optional[Tensor], positive_index: Tensor, offset: Tensor, edges: BandEdges
+    ) -> Tuple[Negatives, Tensor]:
+        """Finds the gaps of the (M,) flat ``logits`` and the negatives' gap totals ((2, num_gaps) float64:
+        every gap's count and sum of shifted logits) in one pass; ``valid``: None or (M,) bool, False for
+        the ignored entries; ``positive_index``: the flat indices of the positives."""
+        lookup = edges.lookup(offset, logits.dtype)
+        device, total = logits.device, logits.numel()
+        size = min(CHUNK, total)
+        compute = lookup.edges.dtype
+        values, scratch, position = torch.empty(3, size + 1, dtype=compute, device=device)
+        cell = torch.empty(size, dtype=torch.int32, device=device)
+        index = torch.empty(size, dtype=torch.long, device=device)
+        ones, shifted = torch.ones(2, size, dtype=torch.float64, device=device)
+        gaps = torch.empty(total, dtype=torch.int16 if edges.num_gaps < 1 << 15 else torch.int32, device=device)
+        totals = torch.zeros(2, edges.num_gaps, dtype=torch.float64, device=device)
+        below_every_edge = torch.full((), -torch.inf, dtype=compute, device=device)
+        for start, end in _chunks(total):
+            n = end - start
+            # The positives and the ignored entries become -inf, below every edge: gap 0.
+            chunk = logits[start:end]
+            if valid is None or chunk.dtype != compute:
+                chunk = values[:n].copy_(chunk)
+            if valid is not None:
+                torch.where(valid[start:end], chunk, below_every_edge, out=values[:n])
+            local = positive_index - start
+            values.index_fill_(0, torch.where((local >= 0) & (local < n), local, n), -torch.inf)  # slot n: the others
+            chunk_gaps = lookup.gaps(values[:n], position[:n], scratch[:n], cell[:n])
+            gaps[start:end] = chunk_gaps
+            chunk_index = index[:n].copy_(chunk_gaps)
+            totals[0].scatter_add_(0, chunk_index, ones[:n])
+            totals[1].scatter_add_(0, chunk_index, shifted[:n].copy_(values[:n]).sub_(offset))
+        totals[:, 0] = 0.0  # gap 0 (below every edge, -inf included) relates to no positive
+        return Negatives(logits, offset, gaps), totals
+
+    def relation_sums(self, intercept: Tensor, slope: Optional[Tensor], dtype: torch.dtype) -> Tensor:
+        """(M,) in ``dtype``: ``intercept[gap] + slope[gap] (v - offset)`` of every negative ``v`` (the
+        coefficients of :meth:`BandEdges.coefficients`, 0 in gap 0), 0 for the other entries (one pass)."""
+        if slope is not None:
+            intercept = intercept - slope * self.offset  # A + B (v - offset) = (A - B offset) + B v
+        total = self.logits.numel()
+        size = min(CHUNK, total)
+        index = torch.empty(size, dtype=torch.int32, device=self.logits.device)
+        sums, coefficient = torch.empty(2, size, dtype=torch.float64, device=self.logits.device)
+        result = torch.empty(total, dtype=dtype, device=self.logits.device)
+        for start, end in _chunks(total):
+            n = end - start
+            chunk_index = index[:n].copy_(self.gaps[start:end])
+            torch.index_select(intercept, 0, chunk_index, out=sums[:n])
+            if slope is not None:
+                torch.index_select(slope, 0, chunk_index, out=coefficient[:n])
+                sums[:n].addcmul_(coefficient[:n], self.logits[start:end])
+            result[start:end] = sums[:n]
         return result
 
 
@@ -193,12 +256,12 @@ class PositiveRanking:
         positive_order: (P,) position of each sorted positive among the positives in the
             order given to :meth:`build` (to gather per-positive inputs such as E_loc); in a
             global ranking, in the concatenation of all workers' positives in worker order.
-        negative_mask: (M,) the relevant negatives (score >= min positive - delta, App. E
-            line 8; the others have H(x_ij) = 0 for every positive).
         positive_scores: (P,) the sorted scores.
-        negatives: the relevant negatives' logits (in the order of the flattened logits, in
-            the logits' dtype) with their offset and gaps.
+        negatives: this worker's negatives: every entry of the logits that is neither positive
+            nor ignored (those below every band edge, App. E line 8, lie in gap 0 and add nothing).
         edges: the band edges of the positives; positive_gap: each positive's gap.
+        negative_totals: (2, num_gaps) the gap totals of the negatives (of all workers in a global
+            ranking): their count and sum of shifted scores per gap.
         num_false_positives: (P,) N_FP(i) = sum_{j in N} H(x_ij) (App. E line 24).
         rank: (P,) rank(i) = rank^+(i) + N_FP(i) (line 25), with
             rank^+(i) = 1 + sum_{k in P, k != i} H(x_ik) (line 23).
@@ -212,11 +275,11 @@ class PositiveRanking:
 
     positive_index: Tensor
     positive_order: Tensor
-    negative_mask: Tensor
     positive_scores: Tensor
-    negatives: Sources
+    negatives: Negatives
     edges: BandEdges
     positive_gap: Tensor
+    negative_totals: Tensor
     num_false_positives: Tensor
     rank: Tensor
     tie_first: Tensor
@@ -233,8 +296,8 @@ class PositiveRanking:
         exchange: Optional[PositiveExchange] = None,
         positive_values: Optional[Tensor] = None,
     ) -> PositiveRanking:
-        """Sorts the positives and relates them to the relevant negatives, with one host
-        synchronisation (selecting the relevant negatives, whose number depends on the scores).
+        """Sorts the positives and relates them to the negatives (one pass over the logits), with one
+        host synchronisation (the search steps of the negatives' gap lookup, which depend on the scores).
 
         Args:
             logits: finite scores of any shape and float dtype (M entries); not differentiated.
@@ -270,39 +333,27 @@ class PositiveRanking:
         offset = positive_scores[0]
         positive_scores = positive_scores - offset
 
-        # Relevant negatives (line 8). Rounding the float64 threshold down to the logits'
-        # dtype may admit a few extra negatives; they fall below every band edge and add nothing.
-        threshold = (offset - delta).to(logits.dtype)
-        threshold = torch.where(
-            threshold.double() > offset - delta, torch.nextafter(threshold, threshold.new_tensor(-torch.inf)), threshold
-        )
-        relevant = logits >= threshold
-        if valid is not None:
-            relevant &= valid
-        negative_mask = relevant.reshape(-1)
-        negative_mask[local_index] = False
-        negative_values = flat[negative_mask]
-
         edges = BandEdges.of(positive_scores, delta)
         positive_gap = edges.locate(positive_scores)
-        negatives = Sources(negative_values, edges.locate(negative_values, offset), offset)
-        # N_FP needs every worker's negatives: their per-gap totals are summed over the workers.
-        negative_totals = edges.gap_totals(negatives)
+        if valid is not None:
+            valid = valid.expand(logits.shape).reshape(-1)
+        negatives, negative_totals = Negatives.scan(flat, valid, local_index, offset, edges)
+        # N_FP needs every worker's negatives: their gap totals are summed over the workers.
         if exchange is not None:
             negative_totals = exchange.all_reduce_sum(negative_totals)
         num_false_positives = edges.sum_from_gap_totals(positive_scores, negative_totals)
         # rank^+ = 1 + sum_{k != i} H(x_ik): the sum over all k includes the self term H(0).
         rank_positive = (1.0 - edges.self_relation) + edges.sum_at_positives(
-            positive_scores, Sources(positive_scores, positive_gap)
+            positive_scores, positive_scores, positive_gap
         )
         return PositiveRanking(
             positive_index=positive_index,
             positive_order=order,
-            negative_mask=negative_mask,
             positive_scores=positive_scores,
             negatives=negatives,
             edges=edges,
             positive_gap=positive_gap,
+            negative_totals=negative_totals,
             num_false_positives=num_false_positives,
             rank=rank_positive + num_false_positives,
             # Clamped: a NaN score (whose loss is reported as NaN) must not index out of range.
@@ -338,16 +389,24 @@ class PositiveRanking:
         """``sum_{k in P, k != i} w_k H(x_ik)`` for every sorted positive ``i`` (the self term
         H(0) is removed)."""
         scores = self.positive_scores
-        total = self.edges.sum_at_positives(scores, Sources(scores, self.positive_gap), weights)
+        total = self.edges.sum_at_positives(scores, scores, self.positive_gap, weights)
         return total - self.edges.self_relation * weights
 
     def negative_relation_sum(self, weights: Tensor, dtype: torch.dtype = torch.float64) -> Tensor:
-        """``sum_{i in P} w_i H(x_ij)`` for every relevant negative ``j``, in ``dtype``.
+        """(M,) ``sum_{i in P} w_i H(x_ij)`` for every negative ``j`` of the flat logits, 0 for the
+        positives and the ignored entries, in ``dtype`` (one pass over the logits).
 
         With ``w_i = (l(i) - l*(i)) / N_FP(i)`` this is the error the positives distribute
         over negative ``j`` through p(j|i) = H(x_ij) / N_FP(i) (Alg. 1 line 4).
         """
-        return self.edges.sum_at_sources(self.positive_scores, weights, self.negatives, dtype)
+        return self.negatives.relation_sums(*self.edges.coefficients(self.positive_scores, weights), dtype)
+
+    def negative_relation_total(self, weights: Tensor) -> Tensor:
+        """0-d float64: ``sum_j sum_{i in P} w_i H(x_ij)`` over the negatives (of all workers in a global
+        ranking), from their gap totals (no pass over the logits)."""
+        intercept, slope = self.edges.coefficients(self.positive_scores, weights)
+        totals = self.negative_totals
+        return (intercept * totals[0]).sum() + (0.0 if slope is None else (slope * totals[1]).sum())
 
     def step_cumsum(self, values: Tensor) -> Tensor:
         """``sum_{k in P, s_k >= s_i} v_k``: the cumulative sum of App. E line 14 in descending

@@ -1,6 +1,6 @@
-"""The label API of the ranking losses: ``labels`` (M,) with 1 for positives, 0 for negatives
-and -1 for ignored entries (Rank & Sort Loss: continuous ``targets``, > 0 for positives), validated
-once and turned into the positives' indices and the validity mask that the losses take."""
+"""The input checks of the ranking losses' label APIs: ``labels`` (M,) with 1 for positives, 0 for
+negatives and -1 for ignored entries (Rank & Sort Loss: continuous ``targets``, > 0 for positives),
+validated once, and the error a non-finite input raises."""
 
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from .error_driven import NonFiniteInputError
+__all__ = ["NonFiniteInputError", "check_rank_sort_inputs", "check_ranking_inputs", "raise_if_non_finite"]
 
-__all__ = ["check_rank_sort_inputs", "check_ranking_inputs", "raise_if_non_finite"]
+
+class NonFiniteInputError(FloatingPointError):
+    """A ranking loss received a NaN or infinite logit or localisation error."""
 
 
 def raise_if_non_finite(values: Tensor, name: str) -> None:
