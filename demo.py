@@ -42,12 +42,12 @@ from detectron2.utils.logger import setup_logger
 from detectron2.utils.visualizer import Visualizer
 from PIL import Image, UnidentifiedImageError
 
-from alrp_d2.checkpoint import AlrpPredictor, IncompatibleWeightsError, UnreadableCheckpointError
+from alrp_d2.checkpoint import IncompatibleWeightsError, UnreadableCheckpointError
 from alrp_d2.config import setup_cfg
 from alrp_d2.data.dataset_classes import check_dataset_classes
 from alrp_d2.data.image_errors import high_bit_depth_error
 from alrp_d2.data.user_datasets import add_dataset_argument, register_user_datasets
-from alrp_d2.evaluation import LRPThresholdPredictor
+from alrp_d2.evaluation import AlrpPredictor, LRPThresholdPredictor
 from alrp_d2.safe_pickle import UnsafePickleError
 
 __all__ = [

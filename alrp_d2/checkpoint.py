@@ -20,19 +20,15 @@ from typing import IO, Any, Dict, List, Tuple
 
 import torch
 from detectron2.checkpoint import DetectionCheckpointer
-from detectron2.config import CfgNode
-from detectron2.engine import DefaultPredictor
 from detectron2.utils.file_io import PathManager
 from fvcore.common.checkpoint import _filter_reused_missing_keys, _IncompatibleKeys
 
 from .atomic_write import write_atomically
-from .data.test_resize import build_test_resize
 from .safe_pickle import UnsafePickleError, load_weights_pickle
 
 __all__ = [
     "BACKBONE_INITIALISATION",
     "AlrpCheckpointer",
-    "AlrpPredictor",
     "IncompatibleWeightsError",
     "UnreadableCheckpointError",
 ]
@@ -293,22 +289,3 @@ class AlrpCheckpointer(DetectionCheckpointer):
             "(fine-tuning), set MODEL.ALLOW_PARTIAL_WEIGHTS True."
         )
         return "\n".join(parts)
-
-
-class AlrpPredictor(DefaultPredictor):
-    """detectron2's ``DefaultPredictor`` loading MODEL.WEIGHTS with :class:`AlrpCheckpointer`
-    (the parent builds the model without weights; they are loaded once, checked) and resizing as
-    INPUT.TEST_RESIZE says. An empty MODEL.WEIGHTS gives a randomly initialised model, with a warning."""
-
-    def __init__(self, cfg: CfgNode):
-        without_weights = cfg.clone()
-        without_weights.defrost()
-        without_weights.MODEL.WEIGHTS = ""
-        super().__init__(without_weights)
-        self.cfg = cfg.clone()
-        if cfg.INPUT.get("TEST_RESIZE", "detectron2") != "detectron2":  # a config without add_alrp_config
-            self.aug = build_test_resize(cfg)
-        if not cfg.MODEL.WEIGHTS:
-            logger.warning("MODEL.WEIGHTS is empty: the predictor uses a randomly initialised model")
-        allow_partial = cfg.MODEL.get("ALLOW_PARTIAL_WEIGHTS", False)  # a config without add_alrp_config: False
-        AlrpCheckpointer(self.model, allow_partial=allow_partial).load(cfg.MODEL.WEIGHTS)

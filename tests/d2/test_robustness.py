@@ -20,13 +20,13 @@ from PIL import Image
 
 import demo as demo_module
 import train_net
-from alrp_d2.checkpoint import AlrpPredictor, IncompatibleWeightsError
+from alrp_d2.checkpoint import IncompatibleWeightsError
 from alrp_d2.config import setup_cfg
 from alrp_d2.data import build_alrp_mapper
 from alrp_d2.data.image_errors import ImageErrorGuard, UnreadableImageError
 from alrp_d2.data.shapes import SHAPES_CLASSES
 from alrp_d2.engine import AlrpTrainer
-from alrp_d2.evaluation import LRPThresholdPredictor
+from alrp_d2.evaluation import AlrpPredictor, LRPThresholdPredictor
 
 from .tiny_configs import instances, tiny_batch, tiny_faster_rcnn_cfg, tiny_retinanet_cfg
 

@@ -18,7 +18,8 @@ from detectron2.modeling import build_model
 from detectron2.structures import BoxMode
 
 import train_net
-from alrp_d2.checkpoint import AlrpCheckpointer, AlrpPredictor, IncompatibleWeightsError, UnreadableCheckpointError
+from alrp_d2.checkpoint import AlrpCheckpointer, IncompatibleWeightsError, UnreadableCheckpointError
+from alrp_d2.evaluation import AlrpPredictor
 from alrp_d2.engine import AlrpTrainer
 from alrp_d2.safe_pickle import UnsafePickleError
 
