@@ -30,18 +30,20 @@ from alrp_d2.checkpoint import LAST_CHECKPOINT, AlrpCheckpointer
 from alrp_d2.config import setup_cfg
 from alrp_d2.data import SHAPES_DATASETS, register_shapes_datasets
 from alrp_d2.data.dataset_classes import check_dataset_classes
+from alrp_d2.data.dataset_segmentations import check_dataset_segmentations
 from alrp_d2.data.user_datasets import add_dataset_argument, register_user_datasets
 from alrp_d2.engine import AlrpTrainer
 
 
 def prepare_datasets(cfg: CfgNode, args: argparse.Namespace) -> None:
     """Validates and registers the ``--dataset`` datasets, generates the synthetic dataset when the
-    config uses it and checks the classes of every dataset of the config; run before the workers
-    start and in each worker."""
+    config uses it and checks the classes of every dataset of the config and, for a mask model,
+    their segmentations; run before the workers start and in each worker."""
     register_user_datasets(getattr(args, "dataset", None) or [], evaluated=cfg.DATASETS.TEST)
     if set(cfg.DATASETS.TRAIN + cfg.DATASETS.TEST) & set(SHAPES_DATASETS):
         register_shapes_datasets()
     check_dataset_classes(cfg)
+    check_dataset_segmentations(cfg)
 
 
 def check_eval_only_weights(cfg: CfgNode, args: argparse.Namespace) -> None:

@@ -21,6 +21,7 @@ from detectron2.utils.file_io import PathManager
 from ..checkpoint import AlrpCheckpointer
 from ..data import build_alrp_mapper
 from ..data.dataset_classes import check_dataset_classes
+from ..data.dataset_segmentations import check_dataset_segmentations
 from ..data.image_errors import ImageErrorGuard
 from ..data.samplers import ResumableBatchSampler, build_resumable_train_loader, derived_seed
 from ..data.training_filter import training_dataset_dicts
@@ -82,6 +83,7 @@ class AlrpTrainer(DefaultTrainer):
 
     def __init__(self, cfg: CfgNode):
         check_dataset_classes(cfg)
+        check_dataset_segmentations(cfg)
         if not runs_cpu_workers(cfg):
             super().__init__(cfg)
             return
@@ -134,8 +136,9 @@ class AlrpTrainer(DefaultTrainer):
     @classmethod
     def test(cls, cfg: CfgNode, model, evaluators=None):
         """detectron2's ``DefaultTrainer.test`` after checking the classes of the datasets
-        (:func:`check_dataset_classes`)."""
+        (:func:`check_dataset_classes`) and, for a mask model, their segmentations."""
         check_dataset_classes(cfg)
+        check_dataset_segmentations(cfg)
         return super().test(cfg, model, evaluators)
 
     @classmethod

@@ -14,8 +14,8 @@ from detectron2.config import CfgNode
 from detectron2.structures import Instances
 from detectron2.utils.file_io import PathManager
 
-from .predictor import AlrpPredictor
 from ..data.dataset_classes import DatasetClasses, dataset_classes
+from .predictor import AlrpPredictor
 
 
 def _parse_threshold(label: str, value: object, path: str) -> Optional[float]:

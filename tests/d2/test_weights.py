@@ -19,8 +19,8 @@ from detectron2.structures import BoxMode
 
 import train_net
 from alrp_d2.checkpoint import AlrpCheckpointer, IncompatibleWeightsError, UnreadableCheckpointError
-from alrp_d2.evaluation import AlrpPredictor
 from alrp_d2.engine import AlrpTrainer
+from alrp_d2.evaluation import AlrpPredictor
 from alrp_d2.safe_pickle import UnsafePickleError
 
 from .test_recipe import torchvision_to_detectron2
