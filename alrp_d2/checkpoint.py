@@ -8,6 +8,8 @@
   a kill at any byte leaves the previous file intact.
 - Resuming reads ``last_checkpoint``, which may only name a file of the output directory; when that
   checkpoint cannot be read it falls back to the newest readable checkpoint there, with a warning.
+- Weights with a NaN or infinite value are an error naming the parameters (:class:`NonFiniteWeightsError`):
+  a model loaded from them predicts nothing, or trains on NaN.
 - ``.pkl`` weights are read by an unpickler that builds nothing but arrays and containers
   (:func:`~alrp_d2.safe_pickle.load_weights_pickle`); ``.pth`` files by torch's ``weights_only`` loader.
 """
@@ -18,6 +20,7 @@ import logging
 import os
 from typing import IO, Any, Dict, List, Tuple
 
+import numpy as np
 import torch
 from detectron2.checkpoint import DetectionCheckpointer
 from detectron2.utils.file_io import PathManager
@@ -30,6 +33,7 @@ __all__ = [
     "BACKBONE_INITIALISATION",
     "AlrpCheckpointer",
     "IncompatibleWeightsError",
+    "NonFiniteWeightsError",
     "UnreadableCheckpointError",
 ]
 
@@ -49,6 +53,11 @@ class IncompatibleWeightsError(ValueError):
     parameters the weights lack or parameters the model lacks."""
 
 
+class NonFiniteWeightsError(ValueError):
+    """Weights with NaN or infinite values (e.g. saved by a diverged training run); the message
+    names the file and the parameters."""
+
+
 class UnreadableCheckpointError(OSError):
     """A checkpoint file is missing, truncated or corrupt; the message names it and the reason."""
 
@@ -64,6 +73,21 @@ def _initialised_prefix(model_keys: List[str]) -> str:
     """The part of the model that backbone weights initialise: the bottom-up network of an FPN
     backbone, or the whole backbone."""
     return "backbone.bottom_up." if any(k.startswith("backbone.bottom_up.") for k in model_keys) else "backbone."
+
+
+def _non_finite(weights: Dict[str, Any]) -> List[str]:
+    """The names of the floating-point tensors or arrays of ``weights`` with a NaN or an infinity."""
+    names = []
+    for name, value in weights.items():
+        if isinstance(value, np.ndarray):
+            finite = value.dtype.kind != "f" or bool(np.isfinite(value).all())
+        elif isinstance(value, torch.Tensor):
+            finite = not value.is_floating_point() or bool(value.isfinite().all())
+        else:
+            finite = True
+        if not finite:
+            names.append(name)
+    return names
 
 
 def _weights_from_pickle(data: Any, path: str) -> Dict[str, Any]:
@@ -232,6 +256,12 @@ class AlrpCheckpointer(DetectionCheckpointer):
             ) from error
 
     def _load_model(self, checkpoint: Any) -> _IncompatibleKeys:
+        non_finite = _non_finite(checkpoint["model"])
+        if non_finite:
+            raise NonFiniteWeightsError(
+                f"{self._path} has {len(non_finite)} parameter(s) with NaN or infinite values (weights of a diverged "
+                f"run?):\n{_rows(non_finite)}\nLoad the weights of an earlier checkpoint."
+            )
         name_matched = bool(checkpoint.get("matching_heuristics", False))
         incompatible = super()._load_model(checkpoint)
         if self.allow_partial:

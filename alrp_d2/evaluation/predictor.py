@@ -1,24 +1,76 @@
-"""detectron2's ``DefaultPredictor`` with checked weights and the config's test-time resize."""
+"""detectron2's ``DefaultPredictor`` with checked weights, checked input images and the config's
+test-time resize."""
 
 from __future__ import annotations
 
 import logging
+import os
+from typing import Any, Dict
 
+import numpy as np
 from detectron2.config import CfgNode
 from detectron2.engine import DefaultPredictor
 
 from ..checkpoint import AlrpCheckpointer
 from ..data.inference_resize import build_test_resize
 
-__all__ = ["AlrpPredictor"]
+__all__ = ["AlrpPredictor", "ImageInputError", "check_image"]
 
 logger = logging.getLogger(__name__)
+
+
+class ImageInputError(ValueError):
+    """The predictor was given something that is not an image of the model's input format."""
+
+
+def _expected(input_format: str) -> str:
+    channels = 1 if input_format == "L" else 3
+    return f"a non-empty uint8 numpy array of shape (H, W, {channels}) in {input_format} order (INPUT.FORMAT)"
+
+
+def _shape_hint(shape: tuple, channels: int) -> str:
+    if len(shape) == 2:
+        return " (a grayscale image: stack it into 3 channels, np.repeat(image[:, :, None], 3, axis=2))"
+    if len(shape) == 3 and shape[0] == channels and shape[2] != channels:
+        return " (channels first: transpose it, image.transpose(1, 2, 0))"
+    if len(shape) == 3 and shape[2] == 4 and channels == 3:
+        return " (4 channels, e.g. RGBA: drop the alpha channel, image[:, :, :3])"
+    return ""
+
+
+def check_image(image: Any, input_format: str) -> None:
+    """Raises :class:`ImageInputError` unless ``image`` is a non-empty uint8 array (H, W, 3) (or
+    (H, W, 1) for INPUT.FORMAT "L"), saying what it is instead and how to convert it: None, a path,
+    a tensor or PIL image, float pixels (a float image in [0, 1] would be read as almost black),
+    grayscale, RGBA or channels-first arrays, an empty image."""
+    expected = _expected(input_format)
+    if image is None:
+        raise ImageInputError(f"the predictor takes {expected}, got None")
+    if isinstance(image, (str, bytes, os.PathLike)):
+        raise ImageInputError(
+            f"the predictor takes {expected}, got the path {os.fsdecode(image)!r}: read it first, e.g. "
+            f"detectron2.data.detection_utils.read_image(path, format={input_format!r})"
+        )
+    if not isinstance(image, np.ndarray):
+        raise ImageInputError(f"the predictor takes {expected}, got a {type(image).__module__}.{type(image).__name__}")
+    channels = 1 if input_format == "L" else 3
+    if image.ndim != 3 or image.shape[2] != channels:
+        raise ImageInputError(
+            f"the predictor takes {expected}, got shape {image.shape}{_shape_hint(image.shape, channels)}"
+        )
+    if image.dtype != np.uint8:
+        hint = " (floats in [0, 1]: (image * 255).round().astype(np.uint8))" if image.dtype.kind == "f" else ""
+        raise ImageInputError(f"the predictor takes {expected}, got {image.dtype} pixels{hint}")
+    if image.size == 0:
+        raise ImageInputError(f"the predictor takes {expected}, got an empty image of shape {image.shape}")
 
 
 class AlrpPredictor(DefaultPredictor):
     """detectron2's ``DefaultPredictor`` loading MODEL.WEIGHTS with :class:`AlrpCheckpointer`
     (the parent builds the model without weights; they are loaded once, checked) and resizing as
-    INPUT.TEST_RESIZE says. An empty MODEL.WEIGHTS gives a randomly initialised model, with a warning."""
+    INPUT.TEST_RESIZE says. An empty MODEL.WEIGHTS gives a randomly initialised model, with a warning.
+    Calling it with anything but an image of INPUT.FORMAT raises :class:`ImageInputError`
+    (:func:`check_image`)."""
 
     def __init__(self, cfg: CfgNode):
         without_weights = cfg.clone()
@@ -32,3 +84,8 @@ class AlrpPredictor(DefaultPredictor):
             logger.warning("MODEL.WEIGHTS is empty: the predictor uses a randomly initialised model")
         allow_partial = cfg.MODEL.get("ALLOW_PARTIAL_WEIGHTS", False)  # a config without add_alrp_config: False
         AlrpCheckpointer(self.model, allow_partial=allow_partial).load(cfg.MODEL.WEIGHTS)
+
+    def __call__(self, original_image: np.ndarray) -> Dict[str, Any]:
+        """detectron2's prediction of one image, after :func:`check_image`."""
+        check_image(original_image, self.input_format)
+        return super().__call__(original_image)
