@@ -14,12 +14,17 @@ validating its JSON; the classes of every dataset of DATASETS.TRAIN / TEST must 
 the same for all. ``--resume`` continues the run of OUTPUT_DIR exactly (README, "Resume").
 ``--eval-only`` needs weights (MODEL.WEIGHTS, or --resume with a checkpoint in OUTPUT_DIR).
 ``--allow-unsafe-config`` loads a config whose YAML tags construct Python objects (trusted files only).
+In a distributed run every process compares its config and ``--dataset`` files with the others' at
+start-up (they stop naming the keys that differ), and a machine that never starts or a rank that
+dies or stops ends the run after ``--dist-timeout`` seconds (default 600); loader workers die with
+their rank.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+from datetime import timedelta
 
 from detectron2.config import CfgNode
 from detectron2.engine import default_argument_parser, default_setup, launch
@@ -33,6 +38,12 @@ from alrp_d2.data.dataset_classes import check_dataset_classes
 from alrp_d2.data.dataset_segmentations import check_dataset_segmentations
 from alrp_d2.data.user_datasets import add_dataset_argument, register_user_datasets
 from alrp_d2.engine import AlrpTrainer
+from alrp_d2.engine.machine_agreement import check_machines_agree, run_description
+
+#: --dist-timeout's default: a distributed run whose machine never starts, or whose rank dies or stops, ends after
+#: this many seconds instead of detectron2's 30 minutes. Longer than any work of one rank while the others wait
+#: (rank 0's COCO evaluation of the test set).
+DEFAULT_DIST_TIMEOUT_S = 600
 
 
 def prepare_datasets(cfg: CfgNode, args: argparse.Namespace) -> None:
@@ -62,6 +73,8 @@ def check_eval_only_weights(cfg: CfgNode, args: argparse.Namespace) -> None:
 
 def main(args: argparse.Namespace):
     cfg = setup_cfg(args.config_file, args.opts, allow_unsafe=getattr(args, "allow_unsafe_config", False))
+    timeout = timedelta(seconds=getattr(args, "dist_timeout", DEFAULT_DIST_TIMEOUT_S))
+    check_machines_agree(run_description(cfg, getattr(args, "dataset", None) or []), timeout)
     cfg.freeze()
     default_setup(cfg, args)
     prepare_datasets(cfg, args)
@@ -83,13 +96,21 @@ def main(args: argparse.Namespace):
 
 
 def get_parser() -> argparse.ArgumentParser:
-    """detectron2's training arguments plus ``--dataset`` and ``--allow-unsafe-config``."""
+    """detectron2's training arguments plus ``--dataset``, ``--allow-unsafe-config`` and ``--dist-timeout``."""
     parser = default_argument_parser(epilog=__doc__)
     add_dataset_argument(parser)
     parser.add_argument(
         "--allow-unsafe-config",
         action="store_true",
         help="load a config whose YAML tags construct Python objects (runs code from the file: trusted files only)",
+    )
+    parser.add_argument(
+        "--dist-timeout",
+        type=float,
+        default=DEFAULT_DIST_TIMEOUT_S,
+        metavar="SECONDS",
+        help="a distributed run ends with an error when a machine has not started or a rank has not answered for "
+        f"this long (default {DEFAULT_DIST_TIMEOUT_S}: 10 minutes; raise it when rank 0's evaluation takes longer)",
     )
     return parser
 
@@ -107,4 +128,5 @@ if __name__ == "__main__":
         machine_rank=arguments.machine_rank,
         dist_url=arguments.dist_url,
         args=(arguments,),
+        timeout=timedelta(seconds=arguments.dist_timeout),
     )

@@ -25,6 +25,7 @@ from ..data.dataset_segmentations import check_dataset_segmentations
 from ..data.image_errors import ImageErrorGuard
 from ..data.samplers import ResumableBatchSampler, build_resumable_train_loader, derived_seed
 from ..data.training_filter import training_dataset_dicts
+from ..data.worker_lifetime import workers_die_with_parent
 from ..evaluation import COCOLRPEvaluator
 from .self_balance import SelfBalanceHook, find_ranking_losses, self_balance_period
 
@@ -106,7 +107,8 @@ class AlrpTrainer(DefaultTrainer):
         """detectron2's batches (TrainingSampler + aspect-ratio grouping) from a loader that resumes
         exactly (:func:`build_resumable_train_loader`) of the images and boxes DATALOADER.TRAIN_FILTER
         keeps; image read errors name the file and are skipped with DATALOADER.SKIP_UNREADABLE_IMAGES.
-        Another DATALOADER.SAMPLER_TRAIN uses detectron2's loader, whose stream restarts on resume."""
+        Another DATALOADER.SAMPLER_TRAIN uses detectron2's loader, whose stream restarts on resume.
+        The loader's workers die with this process (:func:`workers_die_with_parent`)."""
         mapper = ImageErrorGuard(build_alrp_mapper(cfg, is_train=True), skip=cfg.DATALOADER.SKIP_UNREADABLE_IMAGES)
         dataset_dicts = training_dataset_dicts(cfg)
         if cfg.DATALOADER.SAMPLER_TRAIN != "TrainingSampler":
@@ -115,11 +117,11 @@ class AlrpTrainer(DefaultTrainer):
                 "TrainingSampler)",
                 cfg.DATALOADER.SAMPLER_TRAIN,
             )
-            return build_detection_train_loader(cfg, mapper=mapper, dataset=dataset_dicts)
+            return workers_die_with_parent(build_detection_train_loader(cfg, mapper=mapper, dataset=dataset_dicts))
         # SEED < 0 (detectron2's default): a random seed shared by the workers, saved in the
         # checkpoints by DataPositionHook, so that runs differ and a resumed run still continues its stream.
         seed = cfg.SEED if cfg.SEED >= 0 else comm.shared_random_seed()
-        return build_resumable_train_loader(
+        loader = build_resumable_train_loader(
             dataset_dicts,
             mapper,
             cfg.SOLVER.IMS_PER_BATCH,
@@ -127,11 +129,13 @@ class AlrpTrainer(DefaultTrainer):
             cfg.DATALOADER.ASPECT_RATIO_GROUPING,
             cfg.DATALOADER.NUM_WORKERS,
         )
+        return workers_die_with_parent(loader)
 
     @classmethod
     def build_test_loader(cls, cfg: CfgNode, dataset_name: str):
+        """detectron2's test loader with the aLRP mapper, whose workers die with this process."""
         mapper = ImageErrorGuard(build_alrp_mapper(cfg, is_train=False), training=False)
-        return build_detection_test_loader(cfg, dataset_name, mapper=mapper)
+        return workers_die_with_parent(build_detection_test_loader(cfg, dataset_name, mapper=mapper))
 
     @classmethod
     def test(cls, cfg: CfgNode, model, evaluators=None):
