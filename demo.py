@@ -21,8 +21,11 @@ decompression bomb: more than twice PIL's ``Image.MAX_IMAGE_PIXELS``) or written
 skipped; the model is not
 loaded when no input names an image. Exit status: 0 when every input was drawn, 1 when some input
 failed, 2 for a usage error, an unusable config, threshold file or dataset, or weights that cannot
-be read safely or do not fit the config (nothing drawn). ``--allow-unsafe-config`` loads a config
-whose YAML tags construct Python objects (detectron2's behaviour; only for trusted files).
+be read safely, do not fit the config, hold NaN or infinite values, or were trained on other classes
+than the first dataset of DATASETS.TEST (nothing drawn). A threshold file must be the one the
+evaluator wrote for these weights (it records the model, the task and the classes).
+``--allow-unsafe-config`` loads a config whose YAML tags construct Python objects (detectron2's
+behaviour; only for trusted files).
 """
 
 from __future__ import annotations
@@ -44,9 +47,9 @@ from detectron2.utils.logger import setup_logger
 from detectron2.utils.visualizer import Visualizer
 from PIL import Image, UnidentifiedImageError
 
-from alrp_d2.checkpoint import IncompatibleWeightsError, UnreadableCheckpointError
+from alrp_d2.checkpoint import IncompatibleWeightsError, NonFiniteWeightsError, UnreadableCheckpointError
 from alrp_d2.config import setup_cfg
-from alrp_d2.data.dataset_classes import check_dataset_classes
+from alrp_d2.data.dataset_classes import ClassesMismatchError, check_dataset_classes
 from alrp_d2.data.image_errors import high_bit_depth_error
 from alrp_d2.data.user_datasets import add_dataset_argument, register_user_datasets
 from alrp_d2.evaluation import AlrpPredictor, LRPThresholdPredictor
@@ -277,6 +280,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except (
         ThresholdError,
         IncompatibleWeightsError,
+        NonFiniteWeightsError,
+        ClassesMismatchError,
         UnreadableCheckpointError,
         UnsafePickleError,
         FileNotFoundError,

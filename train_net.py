@@ -31,10 +31,10 @@ from detectron2.engine import default_argument_parser, default_setup, launch
 from detectron2.evaluation import verify_results
 from detectron2.utils import comm
 
-from alrp_d2.checkpoint import LAST_CHECKPOINT, AlrpCheckpointer
+from alrp_d2.checkpoint import LAST_CHECKPOINT, AlrpCheckpointer, check_weights_classes
 from alrp_d2.config import setup_cfg
 from alrp_d2.data import SHAPES_DATASETS, register_shapes_datasets
-from alrp_d2.data.dataset_classes import check_dataset_classes
+from alrp_d2.data.dataset_classes import check_dataset_classes, dataset_classes
 from alrp_d2.data.dataset_segmentations import check_dataset_segmentations
 from alrp_d2.data.user_datasets import add_dataset_argument, register_user_datasets
 from alrp_d2.engine import AlrpTrainer
@@ -48,12 +48,13 @@ DEFAULT_DIST_TIMEOUT_S = 600
 
 def prepare_datasets(cfg: CfgNode, args: argparse.Namespace) -> None:
     """Validates and registers the ``--dataset`` datasets, generates the synthetic dataset when the
-    config uses it and checks the classes of every dataset of the config and, for a mask model,
-    their segmentations; run before the workers start and in each worker."""
+    config uses it and checks the classes of every dataset of the config (with ``--eval-only``, of
+    DATASETS.TEST alone: the weights' classes are those their checkpoint records) and, for a mask
+    model, their segmentations; run before the workers start and in each worker."""
     register_user_datasets(getattr(args, "dataset", None) or [], evaluated=cfg.DATASETS.TEST)
     if set(cfg.DATASETS.TRAIN + cfg.DATASETS.TEST) & set(SHAPES_DATASETS):
         register_shapes_datasets()
-    check_dataset_classes(cfg)
+    check_dataset_classes(cfg, include_train=not getattr(args, "eval_only", False))
     check_dataset_segmentations(cfg)
 
 
@@ -82,9 +83,9 @@ def main(args: argparse.Namespace):
 
     if args.eval_only:
         model = AlrpTrainer.build_model(cfg)
-        AlrpCheckpointer(model, save_dir=cfg.OUTPUT_DIR, allow_partial=cfg.MODEL.ALLOW_PARTIAL_WEIGHTS).resume_or_load(
-            cfg.MODEL.WEIGHTS, resume=args.resume
-        )
+        checkpointer = AlrpCheckpointer(model, save_dir=cfg.OUTPUT_DIR, allow_partial=cfg.MODEL.ALLOW_PARTIAL_WEIGHTS)
+        checkpoint = checkpointer.resume_or_load(cfg.MODEL.WEIGHTS, resume=args.resume)
+        check_weights_classes(checkpoint, checkpointer.loaded_path, [dataset_classes(n) for n in cfg.DATASETS.TEST])
         results = AlrpTrainer.test(cfg, model)
         if comm.is_main_process():
             verify_results(cfg, results)

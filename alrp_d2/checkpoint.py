@@ -10,15 +10,20 @@
   checkpoint cannot be read it falls back to the newest readable checkpoint there, with a warning.
 - Weights with a NaN or infinite value are an error naming the parameters (:class:`NonFiniteWeightsError`):
   a model loaded from them predicts nothing, or trains on NaN.
+- Checkpoints record the classes they were trained on (``"classes"``: the training set's names and
+  category ids); evaluation and predictors compare them with their datasets'
+  (:func:`check_weights_classes`); weights without the record (earlier versions, other sources)
+  load with one warning.
 - ``.pkl`` weights are read by an unpickler that builds nothing but arrays and containers
   (:func:`~alrp_d2.safe_pickle.load_weights_pickle`); ``.pth`` files by torch's ``weights_only`` loader.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
-from typing import IO, Any, Dict, List, Tuple
+from typing import IO, Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -27,6 +32,7 @@ from detectron2.utils.file_io import PathManager
 from fvcore.common.checkpoint import _filter_reused_missing_keys, _IncompatibleKeys
 
 from .atomic_write import write_atomically
+from .data.dataset_classes import DatasetClasses, check_same_classes, classes_from_record, classes_record
 from .safe_pickle import UnsafePickleError, load_weights_pickle
 
 __all__ = [
@@ -35,11 +41,14 @@ __all__ = [
     "IncompatibleWeightsError",
     "NonFiniteWeightsError",
     "UnreadableCheckpointError",
+    "check_weights_classes",
+    "weights_fingerprint",
 ]
 
 logger = logging.getLogger(__name__)
 
 LAST_CHECKPOINT = "last_checkpoint"
+CLASSES_KEY = "classes"
 BACKBONE_INITIALISATION = (
     "weights that provide every parameter of the backbone's bottom-up network (backbone.bottom_up.*, or "
     "backbone.* for a backbone without FPN) with its shapes, and no parameter the model lacks unless they are "
@@ -90,6 +99,40 @@ def _non_finite(weights: Dict[str, Any]) -> List[str]:
     return names
 
 
+def weights_fingerprint(model: torch.nn.Module) -> str:
+    """The SHA-256 of the model's state (names, dtypes, shapes and values of every parameter and
+    buffer; a DistributedDataParallel wrapper is looked through): the model that LRP thresholds
+    were computed for."""
+    module = getattr(model, "module", model)
+    digest = hashlib.sha256()
+    for name, tensor in sorted(module.state_dict().items()):
+        values = tensor.detach().cpu().contiguous()
+        digest.update(f"{name}|{values.dtype}|{tuple(values.shape)}|".encode())
+        digest.update(values.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def check_weights_classes(checkpoint: Dict[str, Any], path: str, datasets: Sequence[Optional[DatasetClasses]]) -> None:
+    """Raises :class:`~alrp_d2.data.dataset_classes.ClassesMismatchError`, showing both lists, when
+    the classes ``checkpoint`` (the remainder of ``AlrpCheckpointer.load(path)``) records are not
+    those of each of ``datasets`` (None: a dataset without declared classes, not checked); warns once
+    when it records none."""
+    given = [classes for classes in datasets if classes is not None]
+    if not given:
+        return
+    record = checkpoint.get(CLASSES_KEY)
+    if record is None:
+        logger.warning(
+            f"{path} does not record the classes it was trained on (a checkpoint of an earlier version or of "
+            f"another tool): the classes of {', '.join(repr(c.dataset) for c in given)} cannot be checked against "
+            "the weights"
+        )
+        return
+    recorded = classes_from_record(record, path)
+    for classes in given:
+        check_same_classes(recorded, path, classes)
+
+
 def _weights_from_pickle(data: Any, path: str) -> Dict[str, Any]:
     """The checkpoint dict of a ``.pkl`` file in one of the layouts of detectron2's published
     weights: detectron2's own ({"model", "__author__", ...}, e.g. the model zoo and the converted
@@ -111,20 +154,33 @@ class AlrpCheckpointer(DetectionCheckpointer):
     ``allow_partial``: weights that do not fit are loaded as detectron2 does (those parameters keep
     their values, with fvcore's warnings). ``initialisation``: ``resume_or_load`` starts a training
     run, so that MODEL.WEIGHTS may be :data:`BACKBONE_INITIALISATION` (the trainer's checkpointer);
-    evaluation and predictors need weights for the whole model."""
+    evaluation and predictors need weights for the whole model. ``classes``: the classes the model
+    is trained on, recorded in every checkpoint it saves."""
 
     def __init__(
-        self, model, save_dir: str = "", *, allow_partial: bool = False, initialisation: bool = False, **kwargs: Any
+        self,
+        model,
+        save_dir: str = "",
+        *,
+        allow_partial: bool = False,
+        initialisation: bool = False,
+        classes: Optional[DatasetClasses] = None,
+        **kwargs: Any,
     ):
         super().__init__(model, save_dir, **kwargs)
         self.allow_partial = allow_partial
         self.initialisation = initialisation
+        self.classes = classes
         self._loading_initialisation = False
-        self._path = "the weights"
+        self.loaded_path = "the weights"  # the file the last load read
 
     @classmethod
     def like(
-        cls, checkpointer: DetectionCheckpointer, allow_partial: bool, initialisation: bool = True
+        cls,
+        checkpointer: DetectionCheckpointer,
+        allow_partial: bool,
+        initialisation: bool = True,
+        classes: Optional[DatasetClasses] = None,
     ) -> AlrpCheckpointer:
         """The same model, directory and checkpointables as ``checkpointer``."""
         return cls(
@@ -133,6 +189,7 @@ class AlrpCheckpointer(DetectionCheckpointer):
             save_to_disk=checkpointer.save_to_disk,
             allow_partial=allow_partial,
             initialisation=initialisation,
+            classes=classes,
             **checkpointer.checkpointables,
         )
 
@@ -140,12 +197,15 @@ class AlrpCheckpointer(DetectionCheckpointer):
 
     def save(self, name: str, **kwargs: Any) -> None:
         """fvcore's ``Checkpointer.save`` (the model, the checkpointables and ``kwargs`` in
-        ``<save_dir>/<name>.pth``, then ``last_checkpoint``), writing both files atomically."""
+        ``<save_dir>/<name>.pth``, then ``last_checkpoint``), writing both files atomically, with
+        the record of the classes."""
         if not self.save_dir or not self.save_to_disk:
             return
         data: Dict[str, Any] = {"model": self.model.state_dict()}
         data.update({key: obj.state_dict() for key, obj in self.checkpointables.items()})
         data.update(kwargs)
+        if self.classes is not None:
+            data[CLASSES_KEY] = classes_record(self.classes)
         basename = f"{name}.pth"
         path = os.path.join(self.save_dir, basename)
         self.logger.info(f"Saving checkpoint to {path}")
@@ -234,7 +294,7 @@ class AlrpCheckpointer(DetectionCheckpointer):
     def load(self, path: str, *args: Any, **kwargs: Any) -> Dict[str, Any]:
         """detectron2's ``load``, which this checkpointer may call again after a failure (detectron2
         leaves the URL of a failed load set, refusing the next)."""
-        self._path = path
+        self.loaded_path = path
         try:
             return super().load(path, *args, **kwargs)
         finally:
@@ -259,8 +319,8 @@ class AlrpCheckpointer(DetectionCheckpointer):
         non_finite = _non_finite(checkpoint["model"])
         if non_finite:
             raise NonFiniteWeightsError(
-                f"{self._path} has {len(non_finite)} parameter(s) with NaN or infinite values (weights of a diverged "
-                f"run?):\n{_rows(non_finite)}\nLoad the weights of an earlier checkpoint."
+                f"{self.loaded_path} has {len(non_finite)} parameter(s) with NaN or infinite values (weights of a "
+                f"diverged run?):\n{_rows(non_finite)}\nLoad the weights of an earlier checkpoint."
             )
         name_matched = bool(checkpoint.get("matching_heuristics", False))
         incompatible = super()._load_model(checkpoint)
@@ -273,7 +333,7 @@ class AlrpCheckpointer(DetectionCheckpointer):
         ]
         if self._loading_initialisation and self._initialises_backbone(incompatible, missing, name_matched):
             logger.info(
-                f"{self._path} initialises the backbone; the other {len(missing)} parameters of the model keep "
+                f"{self.loaded_path} initialises the backbone; the other {len(missing)} parameters of the model keep "
                 "their initialisation"
             )
             return incompatible
@@ -291,7 +351,7 @@ class AlrpCheckpointer(DetectionCheckpointer):
         )
 
     def _incompatibility(self, incompatible: _IncompatibleKeys, missing: List[str]) -> str:
-        parts = [f"{self._path} does not fit the model built from the config:"]
+        parts = [f"{self.loaded_path} does not fit the model built from the config:"]
         if incompatible.incorrect_shapes:
             rows = "\n".join(
                 f"  {name}: {tuple(saved)} in the weights, {tuple(model)} in the model"

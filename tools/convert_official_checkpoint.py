@@ -44,11 +44,18 @@ if REPO_ROOT not in sys.path:  # run as a script from anywhere: import this chec
     sys.path.insert(0, REPO_ROOT)
 
 from detectron2.config import CfgNode  # noqa: E402
+from detectron2.data.datasets.builtin_meta import COCO_CATEGORIES  # noqa: E402
 from detectron2.modeling import META_ARCH_REGISTRY  # noqa: E402
 
 from alrp_d2.config import setup_cfg  # noqa: E402
 
 AUTHOR = "kemaloksuz/aLRPLoss (mmdetection 2.1), converted by tools/convert_official_checkpoint.py"
+#: The classes of the published models (COCO 2017's 80 categories), recorded as training records them.
+COCO_CLASSES = {
+    "dataset": "coco_2017_train",
+    "names": [c["name"] for c in COCO_CATEGORIES if c["isthing"]],
+    "category_ids": [c["id"] for c in COCO_CATEGORIES if c["isthing"]],
+}
 
 
 class ConversionError(ValueError):
@@ -539,6 +546,8 @@ def convert_checkpoint(official_path: str, output_path: str, config: Optional[st
         "matching_heuristics": False,
         "official_config": official.config if official else None,
     }
+    if official is not None:  # the published models are trained on COCO's 80 classes
+        output["classes"] = COCO_CLASSES
     directory = os.path.dirname(os.path.abspath(output_path))
     os.makedirs(directory, exist_ok=True)
     torch.save(output, output_path)

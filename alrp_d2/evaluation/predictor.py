@@ -11,7 +11,8 @@ import numpy as np
 from detectron2.config import CfgNode
 from detectron2.engine import DefaultPredictor
 
-from ..checkpoint import AlrpCheckpointer
+from ..checkpoint import AlrpCheckpointer, check_weights_classes
+from ..data.dataset_classes import dataset_classes
 from ..data.inference_resize import build_test_resize
 
 __all__ = ["AlrpPredictor", "ImageInputError", "check_image"]
@@ -70,7 +71,9 @@ class AlrpPredictor(DefaultPredictor):
     (the parent builds the model without weights; they are loaded once, checked) and resizing as
     INPUT.TEST_RESIZE says. An empty MODEL.WEIGHTS gives a randomly initialised model, with a warning.
     Calling it with anything but an image of INPUT.FORMAT raises :class:`ImageInputError`
-    (:func:`check_image`)."""
+    (:func:`check_image`). The classes the checkpoint records must be those of DATASETS.TEST[0]
+    when it names a dataset with classes (the names the predictions are drawn with), else
+    :class:`~alrp_d2.data.dataset_classes.ClassesMismatchError` shows both lists."""
 
     def __init__(self, cfg: CfgNode):
         without_weights = cfg.clone()
@@ -83,7 +86,9 @@ class AlrpPredictor(DefaultPredictor):
         if not cfg.MODEL.WEIGHTS:
             logger.warning("MODEL.WEIGHTS is empty: the predictor uses a randomly initialised model")
         allow_partial = cfg.MODEL.get("ALLOW_PARTIAL_WEIGHTS", False)  # a config without add_alrp_config: False
-        AlrpCheckpointer(self.model, allow_partial=allow_partial).load(cfg.MODEL.WEIGHTS)
+        checkpoint = AlrpCheckpointer(self.model, allow_partial=allow_partial).load(cfg.MODEL.WEIGHTS)
+        if cfg.MODEL.WEIGHTS and len(cfg.DATASETS.TEST):
+            check_weights_classes(checkpoint, cfg.MODEL.WEIGHTS, [dataset_classes(cfg.DATASETS.TEST[0])])
 
     def __call__(self, original_image: np.ndarray) -> Dict[str, Any]:
         """detectron2's prediction of one image, after :func:`check_image`."""
