@@ -7,7 +7,8 @@
 - Checkpoints and ``last_checkpoint`` are written atomically (:func:`~alrp_d2.atomic_write.write_atomically`):
   a kill at any byte leaves the previous file intact.
 - Resuming reads ``last_checkpoint``, which may only name a file of the output directory; when that
-  checkpoint cannot be read it falls back to the newest readable checkpoint there, with a warning.
+  checkpoint cannot be read it falls back to the newest readable checkpoint there (never a link
+  leading out of it), with a warning.
 - Weights with a NaN or infinite value are an error naming the parameters (:class:`NonFiniteWeightsError`):
   a model loaded from them predicts nothing, or trains on NaN.
 - Checkpoints record the classes they were trained on (``"classes"``: the training set's names and
@@ -250,7 +251,9 @@ class AlrpCheckpointer(DetectionCheckpointer):
         return path
 
     def _checkpoints_newest_first(self) -> List[str]:
-        files = self.get_all_checkpoint_files()
+        """The checkpoints of the output directory, newest first; a link leading out of it is left out."""
+        directory = os.path.realpath(self.save_dir)
+        files = [f for f in self.get_all_checkpoint_files() if os.path.dirname(os.path.realpath(f)) == directory]
         return sorted(files, key=lambda path: (os.path.getmtime(path), path), reverse=True)
 
     def resume_or_load(self, path: str, *, resume: bool = True) -> Dict[str, Any]:
