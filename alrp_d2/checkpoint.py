@@ -31,6 +31,7 @@ import torch
 from detectron2.checkpoint import DetectionCheckpointer
 from detectron2.utils.file_io import PathManager
 from fvcore.common.checkpoint import _filter_reused_missing_keys, _IncompatibleKeys
+from torch.nn.parallel import DistributedDataParallel
 
 from .atomic_write import write_atomically
 from .data.dataset_classes import DatasetClasses, check_same_classes, classes_from_record, classes_record
@@ -104,7 +105,7 @@ def weights_fingerprint(model: torch.nn.Module) -> str:
     """The SHA-256 of the model's state (names, dtypes, shapes and values of every parameter and
     buffer; a DistributedDataParallel wrapper is looked through): the model that LRP thresholds
     were computed for."""
-    module = getattr(model, "module", model)
+    module = model.module if isinstance(model, DistributedDataParallel) else model
     digest = hashlib.sha256()
     for name, tensor in sorted(module.state_dict().items()):
         values = tensor.detach().cpu().contiguous()
