@@ -75,6 +75,15 @@ def marked_processes(token: str) -> Dict[int, int]:
     return found
 
 
+def left_behind(token: str, grace_s: float = 10.0) -> Dict[int, int]:
+    """The processes of ``token`` still alive ``grace_s`` seconds after the run ended (multiprocessing's
+    resource tracker exits shortly after the launcher)."""
+    deadline = time.monotonic() + grace_s
+    while marked_processes(token) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return marked_processes(token)
+
+
 def wait_all(processes: List[subprocess.Popen]) -> None:
     deadline = time.monotonic() + RUN_LIMIT_S
     for process in processes:
@@ -114,7 +123,7 @@ def test_machines_with_different_configs_stop_naming_the_keys(tmp_path, token):
         assert "MachinesDisagreeError: the processes of this distributed run were started with different" in text
         assert "SOLVER.MAX_ITER: 10 on ranks [0]; 20 on ranks [1]" in text
         assert "MODEL.ALRP.RANKING: 'per_worker' on ranks [0]; 'global' on ranks [1]" in text
-    assert not marked_processes(token)
+    assert not left_behind(token)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
@@ -125,7 +134,7 @@ def test_a_machine_that_never_starts_ends_the_run_after_the_timeout(tmp_path, to
     wait_all([alone])
     text = output(alone)
     assert alone.returncode != 0 and "1/2 clients joined" in text, text[-3000:]
-    assert not marked_processes(token)
+    assert not left_behind(token)
 
 
 def loader_workers(token: str, launcher: int) -> Dict[int, List[int]]:
@@ -162,8 +171,5 @@ def test_a_rank_killed_while_its_loader_workers_start_leaves_no_process(tmp_path
     assert killed is not None, f"no loader worker started:\n{output(run)[-3000:]}"
     wait_all([run])
     assert run.returncode != 0
-    deadline = time.monotonic() + 10
-    while marked_processes(token) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    left = marked_processes(token)
+    left = left_behind(token)
     assert not left, f"processes left behind: {[cmdline(pid)[:80] for pid in left]}"
