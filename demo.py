@@ -16,11 +16,16 @@ drawn when its score reaches the LRP-optimal threshold of its class (``LRPThresh
 otherwise when it reaches ``--confidence-threshold``. Detections below the config's
 SCORE_THRESH_TEST are never produced.
 
-An input that is missing or cannot be read or written is reported and skipped; the model is not
+An input that is missing, is not a regular file (a FIFO, a device), cannot be read (also a
+decompression bomb: more than twice PIL's ``Image.MAX_IMAGE_PIXELS``) or written is reported and
+skipped; the model is not
 loaded when no input names an image. Exit status: 0 when every input was drawn, 1 when some input
 failed, 2 for a usage error, an unusable config, threshold file or dataset, or weights that cannot
-be read safely or do not fit the config (nothing drawn). ``--allow-unsafe-config`` loads a config
-whose YAML tags construct Python objects (detectron2's behaviour; only for trusted files).
+be read safely, do not fit the config, hold NaN or infinite values, or were trained on other classes
+than the first dataset of DATASETS.TEST (nothing drawn). A threshold file must be the one the
+evaluator wrote for these weights (it records the model, the task and the classes).
+``--allow-unsafe-config`` loads a config whose YAML tags construct Python objects (detectron2's
+behaviour; only for trusted files).
 """
 
 from __future__ import annotations
@@ -42,12 +47,12 @@ from detectron2.utils.logger import setup_logger
 from detectron2.utils.visualizer import Visualizer
 from PIL import Image, UnidentifiedImageError
 
-from alrp_d2.checkpoint import AlrpPredictor, IncompatibleWeightsError, UnreadableCheckpointError
+from alrp_d2.checkpoint import IncompatibleWeightsError, NonFiniteWeightsError, UnreadableCheckpointError
 from alrp_d2.config import setup_cfg
-from alrp_d2.data.dataset_classes import check_dataset_classes
+from alrp_d2.data.dataset_classes import ClassesMismatchError, check_dataset_classes
 from alrp_d2.data.image_errors import high_bit_depth_error
 from alrp_d2.data.user_datasets import add_dataset_argument, register_user_datasets
-from alrp_d2.evaluation import LRPThresholdPredictor
+from alrp_d2.evaluation import AlrpPredictor, LRPThresholdPredictor
 from alrp_d2.safe_pickle import UnsafePickleError
 
 __all__ = [
@@ -76,6 +81,9 @@ class _InputError(Exception):
     """One input cannot be drawn; the others go on."""
 
 
+NOT_REGULAR = "not a regular file (a FIFO, socket or device is never read)"
+
+
 def _directory_images(path: str) -> List[str]:
     try:
         names = os.listdir(path)
@@ -88,14 +96,14 @@ def _directory_images(path: str) -> List[str]:
 
 
 def _expand(entry: str) -> List[str]:
-    """The image paths named by one ``--input`` entry."""
+    """The paths named by one ``--input`` entry (not yet checked to be regular files)."""
     path = os.path.expanduser(entry)
     if os.path.isdir(path):
         return _directory_images(path)
     if os.path.exists(path):
         return [path]
     if any(character in path for character in GLOB_CHARACTERS):
-        matches = sorted(match for match in glob.glob(path) if os.path.isfile(match))
+        matches = sorted(match for match in glob.glob(path) if not os.path.isdir(match))
         if not matches:
             raise _InputError("the pattern matches no file")
         return matches
@@ -103,7 +111,8 @@ def _expand(entry: str) -> List[str]:
 
 
 def expand_inputs(inputs: Sequence[str]) -> Tuple[List[str], List[Failure]]:
-    """The image paths of ``inputs`` in order, each once, and the entries naming no image."""
+    """The image paths of ``inputs`` in order, each once, and the entries naming no image; a path
+    that is not a regular file (e.g. a FIFO named ``*.png``, whose reading would block) is a failure."""
     paths: Dict[str, str] = {}
     failed: List[Failure] = []
     for entry in inputs:
@@ -113,6 +122,9 @@ def expand_inputs(inputs: Sequence[str]) -> Tuple[List[str], List[Failure]]:
             failed.append((entry, str(error)))
             continue
         for path in found:
+            if not os.path.isfile(path):
+                failed.append((path, NOT_REGULAR))
+                continue
             paths.setdefault(os.path.abspath(path), path)
     return list(paths.values()), failed
 
@@ -169,8 +181,8 @@ def _draw_one(path: str, target: str, predict: Predict, metadata: Metadata, scal
         image = read_image(path, format="BGR")
     except UnidentifiedImageError as error:
         raise _InputError("not an image file (or in a format PIL cannot read)") from error
-    except (OSError, ValueError) as error:
-        raise _InputError(f"cannot read the image: {error}") from error
+    except Exception as error:  # PIL raises OSError, ValueError, SyntaxError, struct.error, ... on damaged files
+        raise _InputError(f"cannot read the image ({type(error).__name__}: {error})") from error
     drawing = draw_detections(image, predict(image), metadata, scale)
     try:
         Image.fromarray(drawing).save(target)
@@ -268,6 +280,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except (
         ThresholdError,
         IncompatibleWeightsError,
+        NonFiniteWeightsError,
+        ClassesMismatchError,
         UnreadableCheckpointError,
         UnsafePickleError,
         FileNotFoundError,

@@ -14,34 +14,48 @@ validating its JSON; the classes of every dataset of DATASETS.TRAIN / TEST must 
 the same for all. ``--resume`` continues the run of OUTPUT_DIR exactly (README, "Resume").
 ``--eval-only`` needs weights (MODEL.WEIGHTS, or --resume with a checkpoint in OUTPUT_DIR).
 ``--allow-unsafe-config`` loads a config whose YAML tags construct Python objects (trusted files only).
+In a distributed run every process compares its config and ``--dataset`` files with the others' at
+start-up (they stop naming the keys that differ), and a machine that never starts or a rank that
+dies or stops ends the run after ``--dist-timeout`` seconds (default 600); loader workers die with
+their rank.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+from datetime import timedelta
 
 from detectron2.config import CfgNode
 from detectron2.engine import default_argument_parser, default_setup, launch
 from detectron2.evaluation import verify_results
 from detectron2.utils import comm
 
-from alrp_d2.checkpoint import LAST_CHECKPOINT, AlrpCheckpointer
+from alrp_d2.checkpoint import LAST_CHECKPOINT, AlrpCheckpointer, check_weights_classes
 from alrp_d2.config import setup_cfg
 from alrp_d2.data import SHAPES_DATASETS, register_shapes_datasets
-from alrp_d2.data.dataset_classes import check_dataset_classes
+from alrp_d2.data.dataset_classes import check_dataset_classes, dataset_classes
+from alrp_d2.data.dataset_segmentations import check_dataset_segmentations
 from alrp_d2.data.user_datasets import add_dataset_argument, register_user_datasets
 from alrp_d2.engine import AlrpTrainer
+from alrp_d2.engine.machine_agreement import check_machines_agree, run_description
+
+#: --dist-timeout's default: a distributed run whose machine never starts, or whose rank dies or stops, ends after
+#: this many seconds instead of detectron2's 30 minutes. Longer than any work of one rank while the others wait
+#: (rank 0's COCO evaluation of the test set).
+DEFAULT_DIST_TIMEOUT_S = 600
 
 
 def prepare_datasets(cfg: CfgNode, args: argparse.Namespace) -> None:
     """Validates and registers the ``--dataset`` datasets, generates the synthetic dataset when the
-    config uses it and checks the classes of every dataset of the config; run before the workers
-    start and in each worker."""
+    config uses it and checks the classes of every dataset of the config (with ``--eval-only``, of
+    DATASETS.TEST alone: the weights' classes are those their checkpoint records) and, for a mask
+    model, their segmentations; run before the workers start and in each worker."""
     register_user_datasets(getattr(args, "dataset", None) or [], evaluated=cfg.DATASETS.TEST)
     if set(cfg.DATASETS.TRAIN + cfg.DATASETS.TEST) & set(SHAPES_DATASETS):
         register_shapes_datasets()
-    check_dataset_classes(cfg)
+    check_dataset_classes(cfg, include_train=not getattr(args, "eval_only", False))
+    check_dataset_segmentations(cfg)
 
 
 def check_eval_only_weights(cfg: CfgNode, args: argparse.Namespace) -> None:
@@ -60,6 +74,8 @@ def check_eval_only_weights(cfg: CfgNode, args: argparse.Namespace) -> None:
 
 def main(args: argparse.Namespace):
     cfg = setup_cfg(args.config_file, args.opts, allow_unsafe=getattr(args, "allow_unsafe_config", False))
+    timeout = timedelta(seconds=getattr(args, "dist_timeout", DEFAULT_DIST_TIMEOUT_S))
+    check_machines_agree(run_description(cfg, getattr(args, "dataset", None) or []), timeout)
     cfg.freeze()
     default_setup(cfg, args)
     prepare_datasets(cfg, args)
@@ -67,9 +83,9 @@ def main(args: argparse.Namespace):
 
     if args.eval_only:
         model = AlrpTrainer.build_model(cfg)
-        AlrpCheckpointer(model, save_dir=cfg.OUTPUT_DIR, allow_partial=cfg.MODEL.ALLOW_PARTIAL_WEIGHTS).resume_or_load(
-            cfg.MODEL.WEIGHTS, resume=args.resume
-        )
+        checkpointer = AlrpCheckpointer(model, save_dir=cfg.OUTPUT_DIR, allow_partial=cfg.MODEL.ALLOW_PARTIAL_WEIGHTS)
+        checkpoint = checkpointer.resume_or_load(cfg.MODEL.WEIGHTS, resume=args.resume)
+        check_weights_classes(checkpoint, checkpointer.loaded_path, [dataset_classes(n) for n in cfg.DATASETS.TEST])
         results = AlrpTrainer.test(cfg, model)
         if comm.is_main_process():
             verify_results(cfg, results)
@@ -81,13 +97,21 @@ def main(args: argparse.Namespace):
 
 
 def get_parser() -> argparse.ArgumentParser:
-    """detectron2's training arguments plus ``--dataset`` and ``--allow-unsafe-config``."""
+    """detectron2's training arguments plus ``--dataset``, ``--allow-unsafe-config`` and ``--dist-timeout``."""
     parser = default_argument_parser(epilog=__doc__)
     add_dataset_argument(parser)
     parser.add_argument(
         "--allow-unsafe-config",
         action="store_true",
         help="load a config whose YAML tags construct Python objects (runs code from the file: trusted files only)",
+    )
+    parser.add_argument(
+        "--dist-timeout",
+        type=float,
+        default=DEFAULT_DIST_TIMEOUT_S,
+        metavar="SECONDS",
+        help="a distributed run ends with an error when a machine has not started or a rank has not answered for "
+        f"this long (default {DEFAULT_DIST_TIMEOUT_S}: 10 minutes; raise it when rank 0's evaluation takes longer)",
     )
     return parser
 
@@ -105,4 +129,5 @@ if __name__ == "__main__":
         machine_rank=arguments.machine_rank,
         dist_url=arguments.dist_url,
         args=(arguments,),
+        timeout=timedelta(seconds=arguments.dist_timeout),
     )

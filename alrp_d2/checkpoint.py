@@ -7,39 +7,50 @@
 - Checkpoints and ``last_checkpoint`` are written atomically (:func:`~alrp_d2.atomic_write.write_atomically`):
   a kill at any byte leaves the previous file intact.
 - Resuming reads ``last_checkpoint``, which may only name a file of the output directory; when that
-  checkpoint cannot be read it falls back to the newest readable checkpoint there, with a warning.
+  checkpoint cannot be read it falls back to the newest readable checkpoint there (never a link
+  leading out of it), with a warning.
+- Weights with a NaN or infinite value are an error naming the parameters (:class:`NonFiniteWeightsError`):
+  a model loaded from them predicts nothing, or trains on NaN.
+- Checkpoints record the classes they were trained on (``"classes"``: the training set's names and
+  category ids); evaluation and predictors compare them with their datasets'
+  (:func:`check_weights_classes`); weights without the record (earlier versions, other sources)
+  load with one warning.
 - ``.pkl`` weights are read by an unpickler that builds nothing but arrays and containers
   (:func:`~alrp_d2.safe_pickle.load_weights_pickle`); ``.pth`` files by torch's ``weights_only`` loader.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
-from typing import IO, Any, Dict, List, Tuple
+from typing import IO, Any, Dict, List, Optional, Sequence, Tuple
 
+import numpy as np
 import torch
 from detectron2.checkpoint import DetectionCheckpointer
-from detectron2.config import CfgNode
-from detectron2.engine import DefaultPredictor
 from detectron2.utils.file_io import PathManager
 from fvcore.common.checkpoint import _filter_reused_missing_keys, _IncompatibleKeys
+from torch.nn.parallel import DistributedDataParallel
 
 from .atomic_write import write_atomically
-from .data.test_resize import build_test_resize
+from .data.dataset_classes import DatasetClasses, check_same_classes, classes_from_record, classes_record
 from .safe_pickle import UnsafePickleError, load_weights_pickle
 
 __all__ = [
     "BACKBONE_INITIALISATION",
     "AlrpCheckpointer",
-    "AlrpPredictor",
     "IncompatibleWeightsError",
+    "NonFiniteWeightsError",
     "UnreadableCheckpointError",
+    "check_weights_classes",
+    "weights_fingerprint",
 ]
 
 logger = logging.getLogger(__name__)
 
 LAST_CHECKPOINT = "last_checkpoint"
+CLASSES_KEY = "classes"
 BACKBONE_INITIALISATION = (
     "weights that provide every parameter of the backbone's bottom-up network (backbone.bottom_up.*, or "
     "backbone.* for a backbone without FPN) with its shapes, and no parameter the model lacks unless they are "
@@ -51,6 +62,11 @@ UNTRACKED_BUFFER = "num_batches_tracked"  # BatchNorm's step counter, unused wit
 class IncompatibleWeightsError(ValueError):
     """The weights do not belong to the model built from the config: parameters with other shapes,
     parameters the weights lack or parameters the model lacks."""
+
+
+class NonFiniteWeightsError(ValueError):
+    """Weights with NaN or infinite values (e.g. saved by a diverged training run); the message
+    names the file and the parameters."""
 
 
 class UnreadableCheckpointError(OSError):
@@ -68,6 +84,55 @@ def _initialised_prefix(model_keys: List[str]) -> str:
     """The part of the model that backbone weights initialise: the bottom-up network of an FPN
     backbone, or the whole backbone."""
     return "backbone.bottom_up." if any(k.startswith("backbone.bottom_up.") for k in model_keys) else "backbone."
+
+
+def _non_finite(weights: Dict[str, Any]) -> List[str]:
+    """The names of the floating-point tensors or arrays of ``weights`` with a NaN or an infinity."""
+    names = []
+    for name, value in weights.items():
+        if isinstance(value, np.ndarray):
+            finite = value.dtype.kind != "f" or bool(np.isfinite(value).all())
+        elif isinstance(value, torch.Tensor):
+            finite = not value.is_floating_point() or bool(value.isfinite().all())
+        else:
+            finite = True
+        if not finite:
+            names.append(name)
+    return names
+
+
+def weights_fingerprint(model: torch.nn.Module) -> str:
+    """The SHA-256 of the model's state (names, dtypes, shapes and values of every parameter and
+    buffer; a DistributedDataParallel wrapper is looked through): the model that LRP thresholds
+    were computed for."""
+    module = model.module if isinstance(model, DistributedDataParallel) else model
+    digest = hashlib.sha256()
+    for name, tensor in sorted(module.state_dict().items()):
+        values = tensor.detach().cpu().contiguous()
+        digest.update(f"{name}|{values.dtype}|{tuple(values.shape)}|".encode())
+        digest.update(values.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def check_weights_classes(checkpoint: Dict[str, Any], path: str, datasets: Sequence[Optional[DatasetClasses]]) -> None:
+    """Raises :class:`~alrp_d2.data.dataset_classes.ClassesMismatchError`, showing both lists, when
+    the classes ``checkpoint`` (the remainder of ``AlrpCheckpointer.load(path)``) records are not
+    those of each of ``datasets`` (None: a dataset without declared classes, not checked); warns once
+    when it records none."""
+    given = [classes for classes in datasets if classes is not None]
+    if not given:
+        return
+    record = checkpoint.get(CLASSES_KEY)
+    if record is None:
+        logger.warning(
+            f"{path} does not record the classes it was trained on (a checkpoint of an earlier version or of "
+            f"another tool): the classes of {', '.join(repr(c.dataset) for c in given)} cannot be checked against "
+            "the weights"
+        )
+        return
+    recorded = classes_from_record(record, path)
+    for classes in given:
+        check_same_classes(recorded, path, classes)
 
 
 def _weights_from_pickle(data: Any, path: str) -> Dict[str, Any]:
@@ -91,20 +156,33 @@ class AlrpCheckpointer(DetectionCheckpointer):
     ``allow_partial``: weights that do not fit are loaded as detectron2 does (those parameters keep
     their values, with fvcore's warnings). ``initialisation``: ``resume_or_load`` starts a training
     run, so that MODEL.WEIGHTS may be :data:`BACKBONE_INITIALISATION` (the trainer's checkpointer);
-    evaluation and predictors need weights for the whole model."""
+    evaluation and predictors need weights for the whole model. ``classes``: the classes the model
+    is trained on, recorded in every checkpoint it saves."""
 
     def __init__(
-        self, model, save_dir: str = "", *, allow_partial: bool = False, initialisation: bool = False, **kwargs: Any
+        self,
+        model,
+        save_dir: str = "",
+        *,
+        allow_partial: bool = False,
+        initialisation: bool = False,
+        classes: Optional[DatasetClasses] = None,
+        **kwargs: Any,
     ):
         super().__init__(model, save_dir, **kwargs)
         self.allow_partial = allow_partial
         self.initialisation = initialisation
+        self.classes = classes
         self._loading_initialisation = False
-        self._path = "the weights"
+        self.loaded_path = "the weights"  # the file the last load read
 
     @classmethod
     def like(
-        cls, checkpointer: DetectionCheckpointer, allow_partial: bool, initialisation: bool = True
+        cls,
+        checkpointer: DetectionCheckpointer,
+        allow_partial: bool,
+        initialisation: bool = True,
+        classes: Optional[DatasetClasses] = None,
     ) -> AlrpCheckpointer:
         """The same model, directory and checkpointables as ``checkpointer``."""
         return cls(
@@ -113,6 +191,7 @@ class AlrpCheckpointer(DetectionCheckpointer):
             save_to_disk=checkpointer.save_to_disk,
             allow_partial=allow_partial,
             initialisation=initialisation,
+            classes=classes,
             **checkpointer.checkpointables,
         )
 
@@ -120,12 +199,15 @@ class AlrpCheckpointer(DetectionCheckpointer):
 
     def save(self, name: str, **kwargs: Any) -> None:
         """fvcore's ``Checkpointer.save`` (the model, the checkpointables and ``kwargs`` in
-        ``<save_dir>/<name>.pth``, then ``last_checkpoint``), writing both files atomically."""
+        ``<save_dir>/<name>.pth``, then ``last_checkpoint``), writing both files atomically, with
+        the record of the classes."""
         if not self.save_dir or not self.save_to_disk:
             return
         data: Dict[str, Any] = {"model": self.model.state_dict()}
         data.update({key: obj.state_dict() for key, obj in self.checkpointables.items()})
         data.update(kwargs)
+        if self.classes is not None:
+            data[CLASSES_KEY] = classes_record(self.classes)
         basename = f"{name}.pth"
         path = os.path.join(self.save_dir, basename)
         self.logger.info(f"Saving checkpoint to {path}")
@@ -170,7 +252,9 @@ class AlrpCheckpointer(DetectionCheckpointer):
         return path
 
     def _checkpoints_newest_first(self) -> List[str]:
-        files = self.get_all_checkpoint_files()
+        """The checkpoints of the output directory, newest first; a link leading out of it is left out."""
+        directory = os.path.realpath(self.save_dir)
+        files = [f for f in self.get_all_checkpoint_files() if os.path.dirname(os.path.realpath(f)) == directory]
         return sorted(files, key=lambda path: (os.path.getmtime(path), path), reverse=True)
 
     def resume_or_load(self, path: str, *, resume: bool = True) -> Dict[str, Any]:
@@ -214,7 +298,7 @@ class AlrpCheckpointer(DetectionCheckpointer):
     def load(self, path: str, *args: Any, **kwargs: Any) -> Dict[str, Any]:
         """detectron2's ``load``, which this checkpointer may call again after a failure (detectron2
         leaves the URL of a failed load set, refusing the next)."""
-        self._path = path
+        self.loaded_path = path
         try:
             return super().load(path, *args, **kwargs)
         finally:
@@ -236,6 +320,12 @@ class AlrpCheckpointer(DetectionCheckpointer):
             ) from error
 
     def _load_model(self, checkpoint: Any) -> _IncompatibleKeys:
+        non_finite = _non_finite(checkpoint["model"])
+        if non_finite:
+            raise NonFiniteWeightsError(
+                f"{self.loaded_path} has {len(non_finite)} parameter(s) with NaN or infinite values (weights of a "
+                f"diverged run?):\n{_rows(non_finite)}\nLoad the weights of an earlier checkpoint."
+            )
         name_matched = bool(checkpoint.get("matching_heuristics", False))
         incompatible = super()._load_model(checkpoint)
         if self.allow_partial:
@@ -247,7 +337,7 @@ class AlrpCheckpointer(DetectionCheckpointer):
         ]
         if self._loading_initialisation and self._initialises_backbone(incompatible, missing, name_matched):
             logger.info(
-                f"{self._path} initialises the backbone; the other {len(missing)} parameters of the model keep "
+                f"{self.loaded_path} initialises the backbone; the other {len(missing)} parameters of the model keep "
                 "their initialisation"
             )
             return incompatible
@@ -265,7 +355,7 @@ class AlrpCheckpointer(DetectionCheckpointer):
         )
 
     def _incompatibility(self, incompatible: _IncompatibleKeys, missing: List[str]) -> str:
-        parts = [f"{self._path} does not fit the model built from the config:"]
+        parts = [f"{self.loaded_path} does not fit the model built from the config:"]
         if incompatible.incorrect_shapes:
             rows = "\n".join(
                 f"  {name}: {tuple(saved)} in the weights, {tuple(model)} in the model"
@@ -293,22 +383,3 @@ class AlrpCheckpointer(DetectionCheckpointer):
             "(fine-tuning), set MODEL.ALLOW_PARTIAL_WEIGHTS True."
         )
         return "\n".join(parts)
-
-
-class AlrpPredictor(DefaultPredictor):
-    """detectron2's ``DefaultPredictor`` loading MODEL.WEIGHTS with :class:`AlrpCheckpointer`
-    (the parent builds the model without weights; they are loaded once, checked) and resizing as
-    INPUT.TEST_RESIZE says. An empty MODEL.WEIGHTS gives a randomly initialised model, with a warning."""
-
-    def __init__(self, cfg: CfgNode):
-        without_weights = cfg.clone()
-        without_weights.defrost()
-        without_weights.MODEL.WEIGHTS = ""
-        super().__init__(without_weights)
-        self.cfg = cfg.clone()
-        if cfg.INPUT.get("TEST_RESIZE", "detectron2") != "detectron2":  # a config without add_alrp_config
-            self.aug = build_test_resize(cfg)
-        if not cfg.MODEL.WEIGHTS:
-            logger.warning("MODEL.WEIGHTS is empty: the predictor uses a randomly initialised model")
-        allow_partial = cfg.MODEL.get("ALLOW_PARTIAL_WEIGHTS", False)  # a config without add_alrp_config: False
-        AlrpCheckpointer(self.model, allow_partial=allow_partial).load(cfg.MODEL.WEIGHTS)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import math
+import reprlib
 from typing import Iterator, List, Optional, Sequence, Tuple
 
 import yaml
@@ -290,10 +291,19 @@ def _leaves(node: CN, prefix: str) -> Iterator[Tuple[str, object]]:
 
 
 def _finite(value: object) -> bool:
-    """Whether no float in ``value`` (a number or nested lists) is inf or nan."""
-    if isinstance(value, (list, tuple)):
-        return all(_finite(item) for item in value)
-    return not isinstance(value, float) or math.isfinite(value)
+    """Whether no float in ``value`` (a number or nested lists) is inf or nan. Each list is visited
+    once: YAML's anchors and aliases share one list between many places (a 1 KB file can nest
+    2**30 references to it)."""
+    pending, visited = [value], set()
+    while pending:
+        item = pending.pop()
+        if isinstance(item, (list, tuple)):
+            if id(item) not in visited:
+                visited.add(id(item))
+                pending.extend(item)
+        elif isinstance(item, float) and not math.isfinite(item):
+            return False
+    return True
 
 
 def _lookup(cfg: CN, path: str):
@@ -307,7 +317,8 @@ def _validate_finite_floats(cfg: CN) -> None:
     leaves = [leaf for path in FINITE_FLOAT_NODES for leaf in _leaves(_lookup(cfg, path), path)]
     leaves += [(key, _lookup(cfg, key)) for key in FINITE_FLOAT_KEYS]
     for key, value in leaves:
-        require_config(_finite(value), key, value, "must be finite (not inf or nan)")
+        if not _finite(value):  # reprlib: a list shared by YAML aliases prints in bounded time
+            raise ValueError(f"Invalid config value {key}={reprlib.repr(value)}: must be finite (not inf or nan)")
 
 
 def _require_choice(cfg: CN, key: str, choices: Sequence[str]) -> None:

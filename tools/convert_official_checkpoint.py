@@ -44,11 +44,18 @@ if REPO_ROOT not in sys.path:  # run as a script from anywhere: import this chec
     sys.path.insert(0, REPO_ROOT)
 
 from detectron2.config import CfgNode  # noqa: E402
+from detectron2.data.datasets.builtin_meta import COCO_CATEGORIES  # noqa: E402
 from detectron2.modeling import META_ARCH_REGISTRY  # noqa: E402
 
 from alrp_d2.config import setup_cfg  # noqa: E402
 
 AUTHOR = "kemaloksuz/aLRPLoss (mmdetection 2.1), converted by tools/convert_official_checkpoint.py"
+#: The classes of the published models (COCO 2017's 80 categories), recorded as training records them.
+COCO_CLASSES = {
+    "dataset": "coco_2017_train",
+    "names": [c["name"] for c in COCO_CATEGORIES if c["isthing"]],
+    "category_ids": [c["id"] for c in COCO_CATEGORIES if c["isthing"]],
+}
 
 
 class ConversionError(ValueError):
@@ -169,25 +176,53 @@ OFFICIAL_MODELS: Tuple[OfficialModel, ...] = (
 # ---------------------------------------------------------------------------------------------------------------
 
 
+#: Bounds on what a checkpoint's config text may make the converter build (the published ones: ~10 KB, ranges of
+#: a few elements): every value is a literal of the text or a range of at most MAX_RANGE_LENGTH numbers.
+MAX_CONFIG_TEXT = 1_000_000
+MAX_RANGE_LENGTH = 10_000
+
+
+def _range(node: ast.Call) -> List[int]:
+    arguments = [_literal(arg) for arg in node.args]
+    if node.keywords or not 1 <= len(arguments) <= 3 or not all(type(a) is int for a in arguments):
+        raise ValueError(f"range() takes 1 to 3 integers, got {ast.unparse(node)}")
+    numbers = range(*arguments)
+    if len(numbers) > MAX_RANGE_LENGTH:
+        raise ValueError(f"{ast.unparse(node)} has {len(numbers)} elements (at most {MAX_RANGE_LENGTH} are read)")
+    return list(numbers)
+
+
 def _literal(node: ast.AST) -> Any:
-    """The value of a config expression: literals, and ``dict(...)`` calls as mmcv's pretty_text writes them."""
+    """The value of a config expression: literals, and ``dict(...)`` calls as mmcv's pretty_text writes them, and
+    ``range(...)`` of at most MAX_RANGE_LENGTH numbers."""
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "dict" and not node.args:
         return {keyword.arg: _literal(keyword.value) for keyword in node.keywords}
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "range":
-        return list(range(*[_literal(arg) for arg in node.args]))
+        return _range(node)
     if isinstance(node, ast.Dict):
         return {_literal(k): _literal(v) for k, v in zip(node.keys, node.values)}
     if isinstance(node, (ast.List, ast.Tuple)):
         return [_literal(element) for element in node.elts]
-    return ast.literal_eval(node)
+    try:
+        return ast.literal_eval(node)
+    except ValueError:
+        raise ValueError(f"{ast.unparse(node)[:80]} is not a literal (literals, dict() and range() are read)") from None
 
 
 def parse_config_text(text: str) -> Dict[str, Any]:
-    """The top-level assignments of an mmdetection config text (``meta["config"]``) as nested dicts."""
+    """The top-level assignments of an mmdetection config text (``meta["config"]``) as nested dicts; a text of
+    more than MAX_CONFIG_TEXT characters is refused (nothing larger than the text is built from it)."""
+    if len(text) > MAX_CONFIG_TEXT:
+        raise ConversionError(
+            f'meta["config"] of the checkpoint has {len(text)} characters: not an mmdetection config text '
+            f"(at most {MAX_CONFIG_TEXT} are read)"
+        )
     try:
         module = ast.parse(text)
-    except SyntaxError as error:
-        raise ConversionError(f'meta["config"] of the checkpoint is not an mmdetection config text: {error}') from error
+    except (SyntaxError, RecursionError, MemoryError, ValueError) as error:
+        raise ConversionError(
+            f'meta["config"] of the checkpoint is not an mmdetection config text: {type(error).__name__}: {error}'
+        ) from error
     config: Dict[str, Any] = {}
     for statement in module.body:
         if isinstance(statement, ast.Assign) and len(statement.targets) == 1:
@@ -195,7 +230,7 @@ def parse_config_text(text: str) -> Dict[str, Any]:
             if isinstance(target, ast.Name):
                 try:
                     config[target.id] = _literal(statement.value)
-                except ValueError as error:
+                except (ValueError, TypeError, SyntaxError, RecursionError) as error:
                     raise ConversionError(f'meta["config"]: cannot read the value of {target.id}: {error}') from error
     return config
 
@@ -476,16 +511,27 @@ def load_official_checkpoint(path: str) -> Tuple[Dict[str, Tensor], Dict[str, An
     except Exception as error:  # torch raises several types for files that are no checkpoint
         raise ConversionError(f"{path} is not a torch checkpoint of tensors: {error}") from error
     if isinstance(checkpoint, Mapping) and "state_dict" in checkpoint:
-        return dict(checkpoint["state_dict"]), dict(checkpoint.get("meta") or {})
-    if isinstance(checkpoint, Mapping) and all(isinstance(v, Tensor) for v in checkpoint.values()):
-        return dict(checkpoint), {}
-    raise ConversionError(f"{path} has no state_dict: not an mmdetection checkpoint")
+        state_dict, meta = checkpoint["state_dict"], checkpoint.get("meta") or {}
+    elif isinstance(checkpoint, Mapping) and checkpoint and all(isinstance(v, Tensor) for v in checkpoint.values()):
+        state_dict, meta = checkpoint, {}
+    else:
+        raise ConversionError(f"{path} has no state_dict: not an mmdetection checkpoint")
+    if not isinstance(state_dict, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, Tensor) for k, v in state_dict.items()
+    ):
+        raise ConversionError(f"{path}: its state_dict is not a mapping of parameter names to tensors")
+    if not isinstance(meta, Mapping):
+        raise ConversionError(f"{path}: its meta is a {type(meta).__name__}, not a dict")
+    return dict(state_dict), dict(meta)
 
 
 def convert_checkpoint(official_path: str, output_path: str, config: Optional[str] = None) -> str:
     """Writes the detectron2 checkpoint; returns the project config to evaluate it with."""
     state_dict, meta = load_official_checkpoint(official_path)
-    project_config, official = resolve_project_config(meta, config)
+    try:
+        project_config, official = resolve_project_config(meta, config)
+    except ConversionError as error:
+        raise ConversionError(f"{official_path}: {error}") from error
     try:
         converted = convert_state_dict(state_dict, setup_cfg(project_config))
     except ConversionError as error:
@@ -500,6 +546,8 @@ def convert_checkpoint(official_path: str, output_path: str, config: Optional[st
         "matching_heuristics": False,
         "official_config": official.config if official else None,
     }
+    if official is not None:  # the published models are trained on COCO's 80 classes
+        output["classes"] = COCO_CLASSES
     directory = os.path.dirname(os.path.abspath(output_path))
     os.makedirs(directory, exist_ok=True)
     torch.save(output, output_path)

@@ -8,7 +8,10 @@ Errors (the file is refused, all problems listed): a missing or ill-typed key of
 width or height; duplicate image, annotation or category ids and duplicate category names; an
 annotation whose image or category is not in the file; an ``ignore`` flag (detectron2 refuses it);
 in an evaluated dataset, an annotation without ``area`` or ``iscrowd`` (COCO evaluation needs them)
-or with a zero width or height (no detection could ever match it).
+or with a zero width or height (no detection could ever match it); a segmentation that cannot be
+rasterised safely or would give an empty mask (:mod:`.segmentation_check`: polygons of finite
+numbers, even length >= 6, overlapping the image and the box; RLE of the image's size with valid
+counts) and, for a mask model, an annotation without one.
 Counted warning (detectron2's behaviour kept): in a training-only dataset, boxes with a zero width
 or height, which detectron2 drops from training.
 """
@@ -19,11 +22,12 @@ import json
 import logging
 import math
 from collections import Counter
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from .dataset_classes import duplicate_classes
+from .segmentation_check import segmentation_problem
 
-__all__ = ["CocoJsonError", "check_coco_json"]
+__all__ = ["CocoJsonError", "check_coco_json", "check_coco_segmentations"]
 
 logger = logging.getLogger(__name__)
 
@@ -89,12 +93,18 @@ def _check_categories(content: Dict[str, Any], problems: List[str]) -> List[Tupl
     return sorted(categories)
 
 
-def _check_images(content: Dict[str, Any], problems: List[str]) -> set:
+ImageSizes = Dict[Any, Optional[Tuple[int, int]]]  # image id -> (width, height), None when invalid
+
+
+def _check_images(content: Dict[str, Any], problems: List[str]) -> ImageSizes:
+    """Appends the problems of the images; returns the (width, height) of each id (None: invalid)."""
     ids = []
+    sizes: ImageSizes = {}
     for index, entry in enumerate(_listed(content.get("images"), "images", problems)):
         label = _label("image", entry, index)
         if isinstance(entry, dict) and _is_id(entry.get("id")):
             ids.append(entry["id"])
+            sizes[entry["id"]] = None
         elif isinstance(entry, dict) and "id" in entry:
             problems.append(f"{label}: 'id' must be an integer or a string, got {entry['id']!r}")
         missing = _missing_keys(entry, ("id", "file_name", "width", "height"))
@@ -105,8 +115,10 @@ def _check_images(content: Dict[str, Any], problems: List[str]) -> set:
             problems.append(f"{label}: 'file_name' must be a non-empty string, got {entry['file_name']!r}")
         if not all(_is_int(entry[k]) and entry[k] > 0 for k in ("width", "height")):
             problems.append(f"{label}: width and height must be integers > 0: {entry['width']!r} {entry['height']!r}")
+        elif _is_id(entry["id"]):
+            sizes[entry["id"]] = (entry["width"], entry["height"])
     _duplicates(ids, "image", problems)
-    return set(ids)
+    return sizes
 
 
 def _bbox_problem(bbox: Any, evaluated: bool) -> Tuple[str, bool]:
@@ -123,8 +135,19 @@ def _bbox_problem(bbox: Any, evaluated: bool) -> Tuple[str, bool]:
     return "", False
 
 
+def _segmentation_problem(entry: Dict[str, Any], images: ImageSizes, masks: bool) -> str:
+    """The problem of the annotation's segmentation (checked when it has one or ``masks``) or ""."""
+    size = images.get(entry["image_id"]) if _is_id(entry["image_id"]) else None
+    if ("segmentation" not in entry and not masks) or size is None:
+        return ""
+    width, height = size
+    bbox = entry.get("bbox")
+    box = bbox if _bbox_problem(bbox, evaluated=True)[0] == "" else None
+    return segmentation_problem(entry.get("segmentation"), width, height, box, required=masks) or ""
+
+
 def _check_annotation(
-    entry: Any, label: str, image_ids: set, category_ids: set, evaluated: bool, problems: List[str]
+    entry: Any, label: str, images: ImageSizes, category_ids: set, evaluated: bool, masks: bool, problems: List[str]
 ) -> bool:
     """Appends the problems of one annotation; returns whether it is a zero-size training box."""
     required = ("id", "image_id", "category_id", "bbox") + (("area", "iscrowd") if evaluated else ())
@@ -133,7 +156,7 @@ def _check_annotation(
         problems.append(f"{label}: missing {missing}" + (" (COCO evaluation needs area and iscrowd)" * evaluated))
         return False
     where = f"{label} (image id {entry['image_id']!r})"
-    if not _is_id(entry["image_id"]) or entry["image_id"] not in image_ids:
+    if not _is_id(entry["image_id"]) or entry["image_id"] not in images:
         problems.append(f"{where}: no image with this id in 'images'")
     if not _is_int(entry["category_id"]) or entry["category_id"] not in category_ids:
         problems.append(f"{where}: category_id {entry['category_id']!r} is not in 'categories'")
@@ -146,11 +169,14 @@ def _check_annotation(
     problem, zero_size = _bbox_problem(entry["bbox"], evaluated)
     if problem:
         problems.append(f"{where}: {problem}")
+    problem = _segmentation_problem(entry, images, masks)
+    if problem:
+        problems.append(f"{where}: {problem}")
     return zero_size
 
 
 def _check_annotations(
-    content: Dict[str, Any], image_ids: set, category_ids: set, evaluated: bool, problems: List[str]
+    content: Dict[str, Any], images: ImageSizes, category_ids: set, evaluated: bool, masks: bool, problems: List[str]
 ) -> List[str]:
     """Appends the problems of the annotations; returns the labels of zero-size training boxes."""
     ids, zero_size = [], []
@@ -158,17 +184,13 @@ def _check_annotations(
         label = _label("annotation", entry, index)
         if isinstance(entry, dict) and _is_id(entry.get("id")):
             ids.append(entry["id"])
-        if _check_annotation(entry, label, image_ids, category_ids, evaluated, problems):
+        if _check_annotation(entry, label, images, category_ids, evaluated, masks, problems):
             zero_size.append(label)
     _duplicates(ids, "annotation", problems)
     return zero_size
 
 
-def check_coco_json(json_file: str, evaluated: bool = False) -> List[Tuple[int, str]]:
-    """Validates the COCO annotation file ``json_file`` (``evaluated``: the dataset is also in
-    DATASETS.TEST) and returns its (category id, name) sorted by id, the contiguous class order of
-    detectron2's ``load_coco_json``. Raises FileNotFoundError, or :class:`CocoJsonError` listing
-    every problem (module docstring); warns with a count for kept detectron2 behaviour."""
+def _read(json_file: str) -> Dict[str, Any]:
     try:
         with open(json_file) as f:
             content = json.load(f)
@@ -178,17 +200,49 @@ def check_coco_json(json_file: str, evaluated: bool = False) -> List[Tuple[int, 
         raise CocoJsonError(f"{json_file} is not valid JSON: {error}") from error
     if not isinstance(content, dict):
         raise CocoJsonError(f"{json_file} must hold a COCO object with images, annotations and categories")
-    problems: List[str] = []
-    categories = _check_categories(content, problems)
-    image_ids = _check_images(content, problems)
-    zero_size = _check_annotations(content, image_ids, {i for i, _ in categories}, evaluated, problems)
+    return content
+
+
+def _raise_problems(json_file: str, problems: List[str]) -> None:
     if problems:
         listed = "\n".join(f"  {problem}" for problem in problems[:MAX_LISTED])
         more = f"\n  ... and {len(problems) - MAX_LISTED} more" if len(problems) > MAX_LISTED else ""
         raise CocoJsonError(f"{json_file} has {len(problems)} problem(s):\n{listed}{more}")
+
+
+def check_coco_json(json_file: str, evaluated: bool = False, masks: bool = False) -> List[Tuple[int, str]]:
+    """Validates the COCO annotation file ``json_file`` (``evaluated``: the dataset is also in
+    DATASETS.TEST; ``masks``: the model trains or evaluates masks, MODEL.MASK_ON) and returns its
+    (category id, name) sorted by id, the contiguous class order of detectron2's
+    ``load_coco_json``. Raises FileNotFoundError, or :class:`CocoJsonError` listing every problem
+    (module docstring); warns with a count for kept detectron2 behaviour."""
+    content = _read(json_file)
+    problems: List[str] = []
+    categories = _check_categories(content, problems)
+    images = _check_images(content, problems)
+    zero_size = _check_annotations(content, images, {i for i, _ in categories}, evaluated, masks, problems)
+    _raise_problems(json_file, problems)
     if zero_size:
         logger.warning(
             f"{json_file}: {len(zero_size)} annotation(s) with a zero width or height, which detectron2 drops from "
             f"training (e.g. {', '.join(zero_size[:5])})"
         )
     return categories
+
+
+def check_coco_segmentations(json_file: str, masks: bool) -> None:
+    """Validates only the segmentations of the COCO annotation file ``json_file`` (of a dataset
+    registered by other code than ``--dataset``, e.g. ``register_coco_instances``, the built-in
+    COCO datasets or the shapes set), naming the file, image and annotation id of every bad one;
+    ``masks``: every annotation must have one. Annotations whose image has no valid size are left
+    to detectron2."""
+    content = _read(json_file)
+    images = _check_images(content, [])
+    problems: List[str] = []
+    for index, entry in enumerate(content.get("annotations") or []):
+        if not isinstance(entry, dict) or not _is_id(entry.get("image_id")):
+            continue
+        problem = _segmentation_problem(entry, images, masks)
+        if problem:
+            problems.append(f"{_label('annotation', entry, index)} (image id {entry['image_id']!r}): {problem}")
+    _raise_problems(json_file, problems)

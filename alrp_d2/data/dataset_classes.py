@@ -1,7 +1,9 @@
 """The classes of the datasets a config trains and evaluates on (DATASETS.TRAIN and DATASETS.TEST),
 checked before training or evaluation: each has the model's number of classes, no duplicate
 category id or name, and all have the same classes in the same contiguous order, so that a test
-set whose category ids are permuted is never evaluated with swapped classes."""
+set whose category ids are permuted is never evaluated with swapped classes. Checkpoints record
+the classes they were trained on (:func:`classes_record`), which evaluation and prediction compare
+with their datasets' (:func:`check_same_classes`)."""
 
 from __future__ import annotations
 
@@ -11,15 +13,19 @@ import logging
 import os
 from collections import Counter
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from detectron2.config import CfgNode
 from detectron2.data import DatasetCatalog, MetadataCatalog
 from detectron2.modeling import META_ARCH_REGISTRY, GeneralizedRCNN
 
 __all__ = [
+    "ClassesMismatchError",
     "DatasetClasses",
     "check_dataset_classes",
+    "check_same_classes",
+    "classes_from_record",
+    "classes_record",
     "dataset_classes",
     "duplicate_classes",
     "model_num_classes",
@@ -46,6 +52,50 @@ class DatasetClasses:
     def entries(self) -> List[Tuple[int, str]]:
         """(category id, name) in class order."""
         return list(zip(self.category_ids(), self.names))
+
+
+class ClassesMismatchError(ValueError):
+    """Weights or a threshold file made for other classes, or the same classes in another order,
+    than the dataset they are used with; the message shows both lists."""
+
+
+def classes_record(classes: DatasetClasses) -> Dict[str, Any]:
+    """The classes as a checkpoint records them: the dataset's name, the class names in contiguous
+    order and the dataset's category ids (None when its metadata has none)."""
+    return {
+        "dataset": classes.dataset,
+        "names": list(classes.names),
+        "category_ids": None if classes.ids is None else list(classes.ids),
+    }
+
+
+def classes_from_record(record: Any, source: str) -> DatasetClasses:
+    """The :class:`DatasetClasses` of a :func:`classes_record` read from ``source`` (a file)."""
+    if (
+        not isinstance(record, Mapping)
+        or not isinstance(record.get("names"), list)
+        or not all(isinstance(name, str) for name in record["names"])
+        or not (record.get("category_ids") is None or isinstance(record["category_ids"], list))
+    ):
+        raise ValueError(f"{source}: its record of classes is not {{'dataset', 'names', 'category_ids'}}: {record!r}")
+    ids = record["category_ids"]
+    if ids is not None and (len(ids) != len(record["names"]) or not all(type(i) is int for i in ids)):
+        raise ValueError(f"{source}: its record has {len(record['names'])} class names but category ids {ids!r}")
+    return DatasetClasses(str(record.get("dataset")), tuple(record["names"]), None if ids is None else tuple(ids))
+
+
+def check_same_classes(recorded: DatasetClasses, source: str, given: DatasetClasses) -> None:
+    """Raises :class:`ClassesMismatchError` showing both lists when ``source`` (weights or a
+    threshold file, made for ``recorded``) is used with the dataset of ``given`` classes that are
+    not the same classes in the same order (the category ids are compared where both have them)."""
+    if _same_classes(recorded, given):
+        return
+    raise ClassesMismatchError(
+        f"{source} was made for other classes than dataset {given.dataset!r} (class i of the model is the i-th "
+        f"(category id, name)):\n  {source} (dataset {recorded.dataset!r}): {recorded.entries()}\n  "
+        f"{given.dataset}: {given.entries()}\nEvaluating or predicting with it would swap or mislabel classes: use "
+        "weights trained on these classes, or a dataset with the classes of the weights."
+    )
 
 
 def duplicate_classes(entries: Sequence[Tuple[int, str]]) -> List[str]:
@@ -127,18 +177,20 @@ def _same_classes(a: DatasetClasses, b: DatasetClasses) -> bool:
     return a.names == b.names and (a.ids is None or b.ids is None or a.ids == b.ids)
 
 
-def check_dataset_classes(cfg: CfgNode) -> None:
+def check_dataset_classes(cfg: CfgNode, include_train: bool = True) -> None:
     """Raises ValueError, before training or evaluation, when a registered dataset of DATASETS.TRAIN
-    or DATASETS.TEST has another number of classes than the model (naming the key to set), has a
-    category id or name twice, or has other classes, or the same classes in another order, than the
-    first of them (showing both lists). A dataset whose metadata declares no classes
-    (:func:`dataset_classes`) is not checked (a warning says so); an unregistered name is left to
-    detectron2's error."""
+    (unless not ``include_train``: evaluation only, where the classes of the weights are those
+    their checkpoint records) or DATASETS.TEST has another number of classes than the model
+    (naming the key to set), has a category id or name twice, or has other classes, or the same
+    classes in another order, than the first of them (showing both lists). A dataset whose
+    metadata declares no classes (:func:`dataset_classes`) is not checked (a warning says so); an
+    unregistered name is left to detectron2's error."""
     key, expected = model_num_classes(cfg)
     checked: List[DatasetClasses] = []
+    train = list(cfg.DATASETS.TRAIN) if include_train else []
     roles = {name: "DATASETS.TEST" for name in cfg.DATASETS.TEST}
-    roles.update({name: "DATASETS.TRAIN" for name in cfg.DATASETS.TRAIN})
-    for name in dict.fromkeys(list(cfg.DATASETS.TRAIN) + list(cfg.DATASETS.TEST)):
+    roles.update({name: "DATASETS.TRAIN" for name in train})
+    for name in dict.fromkeys(train + list(cfg.DATASETS.TEST)):
         if name not in DatasetCatalog.list():
             continue
         classes = dataset_classes(name)

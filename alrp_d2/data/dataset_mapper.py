@@ -14,7 +14,7 @@ from detectron2.structures import BoxMode
 
 from .augmentation import build_ssd_augmentation
 from .dataset_classes import model_num_classes
-from .test_resize import build_test_resize
+from .inference_resize import build_test_resize
 
 __all__ = ["AlrpDatasetMapper", "build_alrp_mapper"]
 

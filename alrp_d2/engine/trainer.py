@@ -18,12 +18,14 @@ from detectron2.utils import comm
 from detectron2.utils.events import CommonMetricPrinter, EventWriter, JSONWriter, TensorboardXWriter
 from detectron2.utils.file_io import PathManager
 
-from ..checkpoint import AlrpCheckpointer
+from ..checkpoint import AlrpCheckpointer, weights_fingerprint
 from ..data import build_alrp_mapper
-from ..data.dataset_classes import check_dataset_classes
+from ..data.dataset_classes import DatasetClasses, check_dataset_classes, dataset_classes
+from ..data.dataset_segmentations import check_dataset_segmentations
 from ..data.image_errors import ImageErrorGuard
 from ..data.samplers import ResumableBatchSampler, build_resumable_train_loader, derived_seed
 from ..data.training_filter import training_dataset_dicts
+from ..data.worker_lifetime import workers_die_with_parent
 from ..evaluation import COCOLRPEvaluator
 from .self_balance import SelfBalanceHook, find_ranking_losses, self_balance_period
 
@@ -32,6 +34,12 @@ __all__ = ["AlrpTrainer", "DataPositionHook"]
 logger = logging.getLogger(__name__)
 
 STEP_RNG_KEY = 1  # separates the per-step seeds from the per-sample ones of SeededSamples
+
+
+def training_classes(cfg: CfgNode) -> Optional[DatasetClasses]:
+    """The classes the model trains on: those of DATASETS.TRAIN's first dataset (all have the same,
+    :func:`check_dataset_classes`), None when it declares none."""
+    return dataset_classes(cfg.DATASETS.TRAIN[0]) if len(cfg.DATASETS.TRAIN) else None
 
 
 def runs_cpu_workers(cfg: CfgNode) -> bool:
@@ -82,6 +90,7 @@ class AlrpTrainer(DefaultTrainer):
 
     def __init__(self, cfg: CfgNode):
         check_dataset_classes(cfg)
+        check_dataset_segmentations(cfg)
         if not runs_cpu_workers(cfg):
             super().__init__(cfg)
             return
@@ -104,7 +113,8 @@ class AlrpTrainer(DefaultTrainer):
         """detectron2's batches (TrainingSampler + aspect-ratio grouping) from a loader that resumes
         exactly (:func:`build_resumable_train_loader`) of the images and boxes DATALOADER.TRAIN_FILTER
         keeps; image read errors name the file and are skipped with DATALOADER.SKIP_UNREADABLE_IMAGES.
-        Another DATALOADER.SAMPLER_TRAIN uses detectron2's loader, whose stream restarts on resume."""
+        Another DATALOADER.SAMPLER_TRAIN uses detectron2's loader, whose stream restarts on resume.
+        The loader's workers die with this process (:func:`workers_die_with_parent`)."""
         mapper = ImageErrorGuard(build_alrp_mapper(cfg, is_train=True), skip=cfg.DATALOADER.SKIP_UNREADABLE_IMAGES)
         dataset_dicts = training_dataset_dicts(cfg)
         if cfg.DATALOADER.SAMPLER_TRAIN != "TrainingSampler":
@@ -113,11 +123,11 @@ class AlrpTrainer(DefaultTrainer):
                 "TrainingSampler)",
                 cfg.DATALOADER.SAMPLER_TRAIN,
             )
-            return build_detection_train_loader(cfg, mapper=mapper, dataset=dataset_dicts)
+            return workers_die_with_parent(build_detection_train_loader(cfg, mapper=mapper, dataset=dataset_dicts))
         # SEED < 0 (detectron2's default): a random seed shared by the workers, saved in the
         # checkpoints by DataPositionHook, so that runs differ and a resumed run still continues its stream.
         seed = cfg.SEED if cfg.SEED >= 0 else comm.shared_random_seed()
-        return build_resumable_train_loader(
+        loader = build_resumable_train_loader(
             dataset_dicts,
             mapper,
             cfg.SOLVER.IMS_PER_BATCH,
@@ -125,22 +135,38 @@ class AlrpTrainer(DefaultTrainer):
             cfg.DATALOADER.ASPECT_RATIO_GROUPING,
             cfg.DATALOADER.NUM_WORKERS,
         )
+        return workers_die_with_parent(loader)
 
     @classmethod
     def build_test_loader(cls, cfg: CfgNode, dataset_name: str):
+        """detectron2's test loader with the aLRP mapper, whose workers die with this process."""
         mapper = ImageErrorGuard(build_alrp_mapper(cfg, is_train=False), training=False)
-        return build_detection_test_loader(cfg, dataset_name, mapper=mapper)
+        return workers_die_with_parent(build_detection_test_loader(cfg, dataset_name, mapper=mapper))
 
     @classmethod
     def test(cls, cfg: CfgNode, model, evaluators=None):
-        """detectron2's ``DefaultTrainer.test`` after checking the classes of the datasets
-        (:func:`check_dataset_classes`)."""
-        check_dataset_classes(cfg)
+        """detectron2's ``DefaultTrainer.test`` after checking the classes of the test datasets
+        (:func:`check_dataset_classes`) and, for a mask model, their segmentations; the default
+        evaluators record the evaluated model (architecture and :func:`weights_fingerprint`) in
+        their threshold files."""
+        check_dataset_classes(cfg, include_train=False)
+        check_dataset_segmentations(cfg)
+        if evaluators is None:
+            model_record = {"architecture": cfg.MODEL.META_ARCHITECTURE, "weights_sha256": weights_fingerprint(model)}
+            evaluators = [cls.build_evaluator(cfg, name, model_record=model_record) for name in cfg.DATASETS.TEST]
         return super().test(cfg, model, evaluators)
 
     @classmethod
-    def build_evaluator(cls, cfg: CfgNode, dataset_name: str, output_folder: Optional[str] = None):
-        return COCOLRPEvaluator(dataset_name, output_dir=output_folder or f"{cfg.OUTPUT_DIR}/inference")
+    def build_evaluator(
+        cls,
+        cfg: CfgNode,
+        dataset_name: str,
+        output_folder: Optional[str] = None,
+        model_record: Optional[Dict[str, str]] = None,
+    ):
+        return COCOLRPEvaluator(
+            dataset_name, output_dir=output_folder or f"{cfg.OUTPUT_DIR}/inference", model_record=model_record
+        )
 
     def build_writers(self) -> List[EventWriter]:
         """detectron2's writers, with metrics.json smoothed over SOLVER.LOG_PERIOD iterations."""
@@ -160,8 +186,11 @@ class AlrpTrainer(DefaultTrainer):
         SOLVER.LOG_PERIOD iterations. The checkpointer (built before the hooks, which save with it)
         becomes an :class:`AlrpCheckpointer`: weights that do not fit the model are an error unless
         MODEL.ALLOW_PARTIAL_WEIGHTS or they initialise the backbone, checkpoints are written atomically and
-        resuming falls back to the newest readable checkpoint."""
-        self.checkpointer = AlrpCheckpointer.like(self.checkpointer, self.cfg.MODEL.ALLOW_PARTIAL_WEIGHTS)
+        resuming falls back to the newest readable checkpoint; checkpoints record the classes of
+        DATASETS.TRAIN."""
+        self.checkpointer = AlrpCheckpointer.like(
+            self.checkpointer, self.cfg.MODEL.ALLOW_PARTIAL_WEIGHTS, classes=training_classes(self.cfg)
+        )
         hook_list = super().build_hooks()
         hook_list = [  # DefaultTrainer's writer hook runs every 20 iterations; ours every LOG_PERIOD
             hooks.PeriodicWriter(self.build_writers(), period=self.cfg.SOLVER.LOG_PERIOD)

@@ -10,11 +10,12 @@ from typing import Any
 from .lrp_metric import optimal_lrp
 
 _DETECTRON2_NAMES = {
+    "AlrpPredictor": ".predictor",
     "COCOLRPEvaluator": ".coco_lrp_evaluation",
     "LRP_THRESHOLDS_FILE": ".coco_lrp_evaluation",
-    "LRPThresholdPredictor": ".predictor",
-    "filter_by_class_thresholds": ".predictor",
-    "load_lrp_thresholds": ".predictor",
+    "LRPThresholdPredictor": ".lrp_threshold_predictor",
+    "filter_by_class_thresholds": ".lrp_threshold_predictor",
+    "load_lrp_thresholds": ".lrp_threshold_predictor",
 }
 
 __all__ = ["optimal_lrp", *_DETECTRON2_NAMES]

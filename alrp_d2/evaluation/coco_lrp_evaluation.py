@@ -84,7 +84,10 @@ class COCOLRPEvaluator(COCOEvaluator):
     classes with a true positive), ``AP90`` (x100), ``rho`` (mean Spearman correlation between
     scores and IoUs of the TPs, in [-1, 1]) and ``oLRP-<class name>`` (``oLRP-<name> (id <id>)`` for a
     name that several classes share). The LRP-optimal score threshold of every class is written to
-    ``<output_dir>/lrp_optimal_thresholds.json`` as {category id: {"name", "threshold"}}.
+    ``<output_dir>/lrp_optimal_thresholds.json`` (``..._segm.json`` for masks) as ``{"model":
+    model_record, "task": "bbox" or "segm", "thresholds": {category id: {"name", "threshold"}}}``;
+    ``model_record`` ({"architecture", "weights_sha256"}, from ``AlrpTrainer.test``; None when
+    unknown) lets :class:`~alrp_d2.evaluation.LRPThresholdPredictor` refuse the file for another model.
 
     Empty cases give NaN with a warning naming the reason, never an error: no detection at all,
     no ground truth in the test set (all LRP metrics), a class without ground truth (left out of
@@ -94,6 +97,10 @@ class COCOLRPEvaluator(COCOEvaluator):
     ``max_dets_per_image`` detections per image, 100 by default), read from ``evalImgs`` with
     the Python COCOeval and reassigned on COCOeval's IoU matrices with detectron2's
     ``COCOeval_opt``, whose matches are not readable from Python."""
+
+    def __init__(self, dataset_name: str, *args: Any, model_record: Optional[Dict[str, str]] = None, **kwargs: Any):
+        super().__init__(dataset_name, *args, **kwargs)
+        self._model_record = model_record
 
     def _derive_coco_results(self, coco_eval, iou_type, class_names=None):
         results = super()._derive_coco_results(coco_eval, iou_type, class_names=class_names)
@@ -131,7 +138,7 @@ class COCOLRPEvaluator(COCOEvaluator):
         per_class = per_class_olrp(class_labels(class_ids, class_names), classes)
         if len(per_class) > 1:
             self._logger.info(f"Per-category {iou_type} oLRP: \n" + per_class_table(per_class))
-        self._save_thresholds(lrp_optimal_thresholds(class_ids, class_names, classes), LRP_THRESHOLD_FILES[iou_type])
+        self._save_thresholds(lrp_optimal_thresholds(class_ids, class_names, classes), iou_type)
         return {**summary, **{f"oLRP-{name}": olrp for name, olrp in per_class}}
 
     def _log_undefined(self, summary: Dict[str, float], classes: Sequence[ClassResult], class_names: List[str]) -> None:
@@ -145,11 +152,12 @@ class COCOLRPEvaluator(COCOEvaluator):
             if not np.isfinite(value):
                 self._logger.warning(f"{metric} is undefined and reported as NaN: {UNDEFINED_BECAUSE[metric]}.")
 
-    def _save_thresholds(self, thresholds: Dict[int, Dict[str, Any]], file_name: str) -> None:
+    def _save_thresholds(self, thresholds: Dict[int, Dict[str, Any]], iou_type: str) -> None:
         if not self._output_dir or not comm.is_main_process():
             return
         PathManager.mkdirs(self._output_dir)
-        path = os.path.join(self._output_dir, file_name)
+        path = os.path.join(self._output_dir, LRP_THRESHOLD_FILES[iou_type])
+        content = {"model": self._model_record, "task": iou_type, "thresholds": thresholds}
         with PathManager.open(path, "w") as f:
-            json.dump(thresholds, f, indent=2)
+            json.dump(content, f, indent=2)
         self._logger.info(f"Saved LRP-optimal score thresholds to {path}")

@@ -1,137 +1,96 @@
-"""Inference keeping only the detections at or above their class's LRP-optimal score threshold
-(the thresholds :class:`~alrp_d2.evaluation.COCOLRPEvaluator` saves)."""
+"""detectron2's ``DefaultPredictor`` with checked weights, checked input images and the config's
+test-time resize."""
 
 from __future__ import annotations
 
-import json
-import math
-from collections import Counter
-from typing import Any, Dict, List, Optional, Sequence
+import logging
+import os
+from typing import Any, Dict
 
 import numpy as np
-import torch
 from detectron2.config import CfgNode
-from detectron2.structures import Instances
-from detectron2.utils.file_io import PathManager
+from detectron2.engine import DefaultPredictor
 
-from ..checkpoint import AlrpPredictor
-from ..data.dataset_classes import DatasetClasses, dataset_classes
+from ..checkpoint import AlrpCheckpointer, check_weights_classes
+from ..data.dataset_classes import dataset_classes
+from ..data.inference_resize import build_test_resize
 
+__all__ = ["AlrpPredictor", "ImageInputError", "check_image"]
 
-def _parse_threshold(label: str, value: object, path: str) -> Optional[float]:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"{path}: threshold of class {label} must be a finite number or null, got {value!r}")
-    return float(value)
+logger = logging.getLogger(__name__)
 
 
-def _by_id(content: Dict[str, Any], path: str, names: Sequence[str], ids: Sequence[int]) -> List[Optional[float]]:
-    """The thresholds of an id-keyed file ({category id: {"name", "threshold"}}) in class order;
-    each id must be a class of the dataset, with the same name."""
-    entries: Dict[int, Dict[str, Any]] = {}
-    for key, entry in content.items():
-        try:
-            entries[int(key)] = entry
-        except ValueError:
-            raise ValueError(f"{path}: key {key!r} is not a category id") from None
-        if set(entry) != {"name", "threshold"}:
-            raise ValueError(f"{path}: class id {key} must map to {{'name': ..., 'threshold': ...}}, got {entry!r}")
-    missing = [i for i in ids if i not in entries]
-    unknown = sorted(set(entries) - set(ids))
-    if missing or unknown:
-        raise ValueError(
-            f"category ids in {path} do not match the dataset's (id, name) {list(zip(ids, names))}: "
-            f"missing {missing}, unknown {unknown}"
+class ImageInputError(ValueError):
+    """The predictor was given something that is not an image of the model's input format."""
+
+
+def _expected(input_format: str) -> str:
+    channels = 1 if input_format == "L" else 3
+    return f"a non-empty uint8 numpy array of shape (H, W, {channels}) in {input_format} order (INPUT.FORMAT)"
+
+
+def _shape_hint(shape: tuple, channels: int) -> str:
+    if len(shape) == 2:
+        return " (a grayscale image: stack it into 3 channels, np.repeat(image[:, :, None], 3, axis=2))"
+    if len(shape) == 3 and shape[0] == channels and shape[2] != channels:
+        return " (channels first: transpose it, image.transpose(1, 2, 0))"
+    if len(shape) == 3 and shape[2] == 4 and channels == 3:
+        return " (4 channels, e.g. RGBA: drop the alpha channel, image[:, :, :3])"
+    return ""
+
+
+def check_image(image: Any, input_format: str) -> None:
+    """Raises :class:`ImageInputError` unless ``image`` is a non-empty uint8 array (H, W, 3) (or
+    (H, W, 1) for INPUT.FORMAT "L"), saying what it is instead and how to convert it: None, a path,
+    a tensor or PIL image, float pixels (a float image in [0, 1] would be read as almost black),
+    grayscale, RGBA or channels-first arrays, an empty image."""
+    expected = _expected(input_format)
+    if image is None:
+        raise ImageInputError(f"the predictor takes {expected}, got None")
+    if isinstance(image, (str, bytes, os.PathLike)):
+        raise ImageInputError(
+            f"the predictor takes {expected}, got the path {os.fsdecode(image)!r}: read it first, e.g. "
+            f"detectron2.data.detection_utils.read_image(path, format={input_format!r})"
         )
-    renamed = [(i, entries[i]["name"], name) for i, name in zip(ids, names) if entries[i]["name"] != name]
-    if renamed:
-        raise ValueError(
-            f"{path} belongs to other classes: "
-            + ", ".join(f"id {i} is {a!r} in the file but {b!r} in the dataset" for i, a, b in renamed)
+    if not isinstance(image, np.ndarray):
+        raise ImageInputError(f"the predictor takes {expected}, got a {type(image).__module__}.{type(image).__name__}")
+    channels = 1 if input_format == "L" else 3
+    if image.ndim != 3 or image.shape[2] != channels:
+        raise ImageInputError(
+            f"the predictor takes {expected}, got shape {image.shape}{_shape_hint(image.shape, channels)}"
         )
-    return [_parse_threshold(f"id {i} ({name!r})", entries[i]["threshold"], path) for i, name in zip(ids, names)]
+    if image.dtype != np.uint8:
+        hint = " (floats in [0, 1]: (image * 255).round().astype(np.uint8))" if image.dtype.kind == "f" else ""
+        raise ImageInputError(f"the predictor takes {expected}, got {image.dtype} pixels{hint}")
+    if image.size == 0:
+        raise ImageInputError(f"the predictor takes {expected}, got an empty image of shape {image.shape}")
 
 
-def _by_name(content: Dict[str, Any], path: str, names: Sequence[str]) -> List[Optional[float]]:
-    """The thresholds of a name-keyed file ({class name: threshold}, written by earlier versions)
-    in class order; refused when two classes of the dataset share a name."""
-    shared = sorted(name for name, count in Counter(names).items() if count > 1)
-    if shared:
-        raise ValueError(
-            f"{path} keys its thresholds by class name, but the dataset has several classes named {shared}: "
-            "evaluate again to write a file keyed by category id"
-        )
-    missing = [name for name in names if name not in content]
-    unknown = [name for name in content if name not in set(names)]
-    if missing or unknown:
-        raise ValueError(
-            f"class names in {path} do not match the dataset's thing_classes: missing {missing}, unknown {unknown}"
-        )
-    return [_parse_threshold(repr(name), content[name], path) for name in names]
+class AlrpPredictor(DefaultPredictor):
+    """detectron2's ``DefaultPredictor`` loading MODEL.WEIGHTS with :class:`AlrpCheckpointer`
+    (the parent builds the model without weights; they are loaded once, checked) and resizing as
+    INPUT.TEST_RESIZE says. An empty MODEL.WEIGHTS gives a randomly initialised model, with a warning.
+    Calling it with anything but an image of INPUT.FORMAT raises :class:`ImageInputError`
+    (:func:`check_image`). The classes the checkpoint records must be those of DATASETS.TEST[0]
+    when it names a dataset with classes (the names the predictions are drawn with), else
+    :class:`~alrp_d2.data.dataset_classes.ClassesMismatchError` shows both lists."""
 
+    def __init__(self, cfg: CfgNode):
+        without_weights = cfg.clone()
+        without_weights.defrost()
+        without_weights.MODEL.WEIGHTS = ""
+        super().__init__(without_weights)
+        self.cfg = cfg.clone()
+        if cfg.INPUT.get("TEST_RESIZE", "detectron2") != "detectron2":  # a config without add_alrp_config
+            self.aug = build_test_resize(cfg)
+        if not cfg.MODEL.WEIGHTS:
+            logger.warning("MODEL.WEIGHTS is empty: the predictor uses a randomly initialised model")
+        allow_partial = cfg.MODEL.get("ALLOW_PARTIAL_WEIGHTS", False)  # a config without add_alrp_config: False
+        checkpoint = AlrpCheckpointer(self.model, allow_partial=allow_partial).load(cfg.MODEL.WEIGHTS)
+        if cfg.MODEL.WEIGHTS and len(cfg.DATASETS.TEST):
+            check_weights_classes(checkpoint, cfg.MODEL.WEIGHTS, [dataset_classes(cfg.DATASETS.TEST[0])])
 
-def load_lrp_thresholds(
-    path: str, class_names: Sequence[str], class_ids: Optional[Sequence[int]] = None
-) -> List[Optional[float]]:
-    """The thresholds of the file the evaluator saves, in the order of ``class_names`` (contiguous
-    class ids), whose category ids are ``class_ids`` (default: the contiguous ids). The file is
-    ``{category id: {"name": ..., "threshold": number or null}}`` and must name exactly these
-    classes, or the name-keyed ``{class name: threshold or null}`` of earlier versions, accepted
-    when the class names are unique."""
-    if not PathManager.isfile(path):
-        raise FileNotFoundError(f"LRP threshold file not found: {path} (written by COCOLRPEvaluator to its output_dir)")
-    with PathManager.open(path) as f:
-        try:
-            content = json.load(f)
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{path} is not valid JSON: {error}") from error
-    if not isinstance(content, dict):
-        raise ValueError(
-            f"{path} must hold a JSON object mapping category ids to thresholds, got {type(content).__name__}"
-        )
-    ids = list(range(len(class_names))) if class_ids is None else list(class_ids)
-    if content and all(isinstance(value, dict) for value in content.values()):
-        return _by_id(content, path, class_names, ids)
-    if any(isinstance(value, dict) for value in content.values()):
-        raise ValueError(f"{path} mixes id-keyed entries ({{'name', 'threshold'}}) with name-keyed thresholds")
-    return _by_name(content, path, class_names)
-
-
-def filter_by_class_thresholds(instances: Instances, thresholds: Sequence[Optional[float]]) -> Instances:
-    """Keeps the detections whose score is at or above the threshold of their predicted class
-    (``thresholds[class id]``); a ``None`` threshold (class without an LRP-optimal threshold)
-    drops every detection of that class."""
-    classes = instances.pred_classes
-    if len(classes) and int(classes.max()) >= len(thresholds):
-        raise ValueError(f"predicted class {int(classes.max())} has no threshold ({len(thresholds)} classes)")
-    table = np.array([math.inf if t is None else t for t in thresholds], dtype=np.float64)
-    per_detection = torch.as_tensor(table, device=instances.scores.device)[classes.long()]
-    return instances[instances.scores.double() >= per_detection]
-
-
-def _test_classes(cfg: CfgNode) -> DatasetClasses:
-    if not len(cfg.DATASETS.TEST):
-        raise ValueError("cfg.DATASETS.TEST is empty: the class names of the thresholds come from its first dataset")
-    classes = dataset_classes(cfg.DATASETS.TEST[0])
-    if classes is None:
-        raise ValueError(f"dataset {cfg.DATASETS.TEST[0]!r} has no thing_classes in its metadata")
-    return classes
-
-
-class LRPThresholdPredictor(AlrpPredictor):
-    """:class:`~alrp_d2.checkpoint.AlrpPredictor` (DefaultPredictor with checked weights)
-    returning only the detections at or above their class's LRP-optimal threshold, read from
-    ``thresholds_path`` and matched to the classes (category ids and names) of ``cfg.DATASETS.TEST[0]``.
-    Classes with a null threshold (no ground truth or no true positive in the evaluation) yield no
-    detection."""
-
-    def __init__(self, cfg: CfgNode, thresholds_path: str):
-        classes = _test_classes(cfg)
-        self.class_thresholds = load_lrp_thresholds(thresholds_path, classes.names, classes.category_ids())
-        super().__init__(cfg)
-
-    def __call__(self, original_image: np.ndarray) -> Dict[str, Instances]:
-        predictions = super().__call__(original_image)
-        predictions["instances"] = filter_by_class_thresholds(predictions["instances"], self.class_thresholds)
-        return predictions
+    def __call__(self, original_image: np.ndarray) -> Dict[str, Any]:
+        """detectron2's prediction of one image, after :func:`check_image`."""
+        check_image(original_image, self.input_format)
+        return super().__call__(original_image)

@@ -191,6 +191,21 @@ def test_last_checkpoint_may_only_name_a_file_of_the_output_directory(tmp_path, 
         resumed(output)
 
 
+def test_the_fallback_never_follows_a_link_out_of_the_output_directory(tmp_path):
+    """last_checkpoint names a damaged checkpoint; the only other .pth of OUTPUT_DIR is a link to a
+    readable checkpoint elsewhere: resuming refuses rather than load it."""
+    output = tmp_path / "output"
+    output.mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    checkpointer(tmp_path / "elsewhere", 1.0, 3).save("model")
+    checkpointer(output, 2.0, 7).save("model_final")
+    (output / "model_final.pth").write_bytes(b"damaged")
+    (output / "link.pth").symlink_to(tmp_path / "elsewhere" / "model.pth")
+    with pytest.raises(UnreadableCheckpointError, match="no checkpoint of .* can be read") as error:
+        resumed(output)
+    assert "link.pth" not in str(error.value)
+
+
 # ---- the command line: a finished run extended with --resume, killed while model_final.pth is rewritten ----
 
 KILL_WHILE_WRITING_MODEL_FINAL = """

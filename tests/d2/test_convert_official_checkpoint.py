@@ -161,6 +161,42 @@ def test_checkpoint_without_config_needs_one(tmp_path):
         converter.convert_checkpoint(str(path), str(tmp_path / "out.pth"))
 
 
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("x = range(1000000000)", r"range\(1000000000\) has 1000000000 elements \(at most 10000 are read\)"),
+        ("x = range(1.5)", r"range\(\) takes 1 to 3 integers"),
+        ("x = [" * 200_000 + "]" * 200_000, r"not an mmdetection config text"),
+        ("x = 1\n" + "#" * 1_000_001, r"has 1000007 characters: not an mmdetection config text"),
+        ("x = 'a' * 10**9", r"cannot read the value of x: 'a' \* 10 \*\* 9 is not a literal"),
+        ("model = dict(type=", r"not an mmdetection config text"),
+    ],
+)
+def test_a_crafted_config_text_is_refused_naming_the_file(tmp_path, text, message):
+    """The checkpoint's config makes the converter build nothing larger than its text."""
+    path = tmp_path / "crafted.pth"
+    torch.save({"state_dict": {"backbone.conv1.weight": torch.zeros(1)}, "meta": {"config": text}}, path)
+    with pytest.raises(converter.ConversionError, match=rf"^{path}: (.|\n)*{message}"):
+        converter.convert_checkpoint(str(path), str(tmp_path / "out.pth"))
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ({"state_dict": [1, 2], "meta": {}}, "its state_dict is not a mapping of parameter names to tensors"),
+        ({"state_dict": {"a": 1}, "meta": {}}, "its state_dict is not a mapping of parameter names to tensors"),
+        ({"state_dict": {"a": torch.zeros(1)}, "meta": [1]}, "its meta is a list, not a dict"),
+        ([torch.zeros(1)], "has no state_dict: not an mmdetection checkpoint"),
+        ({}, "has no state_dict: not an mmdetection checkpoint"),
+    ],
+)
+def test_a_malformed_checkpoint_is_refused_naming_the_file(tmp_path, content, message):
+    path = tmp_path / "malformed.pth"
+    torch.save(content, path)
+    with pytest.raises(converter.ConversionError, match=rf"^{path}:? {message}"):
+        converter.convert_checkpoint(str(path), str(tmp_path / "out.pth"))
+
+
 def test_config_option_names_the_official_config_or_a_project_config(tmp_path):
     path, model = converter.resolve_project_config({}, "alrp_loss_retinanet_r50_fpn_ATSS_100e_coco500.py")
     assert path == str(REPO_ROOT / "configs" / "alrp_R50_ATSS_500.yaml") and model.config.startswith("alrp_loss")

@@ -23,6 +23,7 @@ from alrp_d2.data import build_alrp_mapper
 from alrp_d2.data.coco_json_check import CocoJsonError, check_coco_json
 from alrp_d2.data.dataset_classes import check_dataset_classes
 from alrp_d2.data.image_errors import ImageErrorGuard, UnreadableImageError
+from alrp_d2.data.training_filter import training_dataset_dicts
 from alrp_d2.data.user_datasets import register_user_datasets
 from alrp_d2.engine import AlrpTrainer
 
@@ -280,3 +281,15 @@ def test_an_unreadable_evaluation_image_does_not_advise_skipping(tmp_path):
     message = str(error.value)
     assert missing in message and "evaluation reads every image" in message
     assert "set DATALOADER.SKIP_UNREADABLE_IMAGES True" not in message
+
+
+def test_the_mmdet_filter_says_why_it_keeps_no_image(tmp_path):
+    """Images without annotations: not "the training dataset is empty" but what the filter dropped."""
+    content = coco()
+    content["annotations"] = []
+    name = fresh_name()
+    register_user_datasets([(name, write_json(tmp_path, content), str(tmp_path))])
+    cfg = config([name], [])
+    cfg.DATALOADER.TRAIN_FILTER = "mmdet"
+    with pytest.raises(ValueError, match=r"'mmdet' keeps none of the 2 images .*: 2 have no annotation"):
+        training_dataset_dicts(cfg)

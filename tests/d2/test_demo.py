@@ -111,3 +111,33 @@ def test_demo_cli_exit_status(demo, inputs, tmp_path):
     assert not (tmp_path / "out").exists()
     assert demo.main(arguments + [inputs["missing"], "--opts", "MODEL.RETINANET.NUM_CONVS", "1"]) == 1
     assert sorted(os.listdir(tmp_path / "out")) == ["a.png", "b.jpg"]
+
+
+def decompression_bomb_png(path: Path) -> str:
+    """A 100-byte PNG header declaring 20000 x 20000 pixels, over twice PIL's MAX_IMAGE_PIXELS."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", 20000, 20000, 8, 2, 0, 0, 0)
+    path.write_bytes(
+        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"")) + chunk(b"IEND", b"")
+    )
+    return str(path)
+
+
+def test_a_fifo_is_never_read_and_a_bad_image_never_aborts_the_run(demo, tiny_cfg, inputs, tmp_path):
+    """A FIFO named *.png (reading it would block) and a decompression bomb are reported; the
+    other images are drawn."""
+    fifo = os.path.join(inputs["dir"], "c.png")
+    os.mkfifo(fifo)
+    bomb = decompression_bomb_png(Path(inputs["dir"]) / "bomb.png")
+    paths, failed = demo.expand_inputs([inputs["dir"], fifo])
+    assert fifo not in paths and failed == [(fifo, demo.NOT_REGULAR)] * 2
+    out = tmp_path / "out"
+    written, failed = demo.run_demo(tiny_cfg, [inputs["dir"]], str(out), confidence=0.0)
+    assert written == [str(out / "a.png"), str(out / "b.jpg")]
+    assert [entry for entry, _ in failed] == [fifo, bomb]
+    assert failed[1][1].startswith("cannot read the image (DecompressionBombError: Image size (400000000 pixels)")

@@ -78,7 +78,9 @@ def test_evaluator_reports_lrp_next_to_ap(hand_made_dataset, tmp_path, use_fast_
     expected = {**HAND_EXPECTED_SUMMARY, "AP90": HAND_EXPECTED_AP90, "oLRP-cat_a": 66.0, "oLRP-cat_b": 100.0}
     assert {key: bbox[key] for key in expected} == pytest.approx(expected)
     assert "oLRP-cat_c" not in bbox  # no ground truth
-    thresholds = json.loads((output_dir / LRP_THRESHOLDS_FILE).read_text())
+    saved = json.loads((output_dir / LRP_THRESHOLDS_FILE).read_text())
+    assert saved["model"] is None and saved["task"] == "bbox"  # the evaluator was not given the model
+    thresholds = saved["thresholds"]
     # Keyed by category id, with the name alongside.
     assert thresholds == {
         str(i + 1): {"name": name, "threshold": pytest.approx(HAND_EXPECTED_THRESHOLDS[name])}
@@ -213,7 +215,7 @@ def test_a_test_set_without_ground_truth_gives_nan_with_warnings(tmp_path, use_f
     assert all(math.isnan(bbox[key]) for key in ("oLRP", "oLRP_loc", "oLRP_FP", "oLRP_FN", "AP90", "rho"))
     assert "oLRP is undefined and reported as NaN: no class has ground truth." in messages
     saved = json.loads((tmp_path / "out" / LRP_THRESHOLDS_FILE).read_text())
-    assert [entry["threshold"] for entry in saved.values()] == [None, None, None]
+    assert [entry["threshold"] for entry in saved["thresholds"].values()] == [None, None, None]
 
 
 def share_a_name(content) -> None:
@@ -225,7 +227,7 @@ def test_classes_that_share_a_name_keep_their_own_results_and_thresholds(tmp_pat
     bbox = evaluate(name, str(tmp_path / "out"))["bbox"]
     assert bbox["oLRP-cat_a (id 1)"] == pytest.approx(66.0) and bbox["oLRP-cat_a (id 2)"] == pytest.approx(100.0)
     path = str(tmp_path / "out" / LRP_THRESHOLDS_FILE)
-    saved = json.loads(open(path).read())
+    saved = json.loads(open(path).read())["thresholds"]
     assert saved["1"] == {"name": "cat_a", "threshold": pytest.approx(0.5)} and saved["2"]["threshold"] is None
     assert load_lrp_thresholds(path, ["cat_a", "cat_a", "cat_c"], [1, 2, 3]) == [pytest.approx(0.5), None, None]
     cfg = tiny_retinanet_cfg(name)
@@ -289,4 +291,5 @@ def test_segm_lrp_with_box_shaped_masks_equals_bbox_lrp(tmp_path, use_fast_impl)
     assert results["segm"]["oLRP-cat_a"] != pytest.approx(100.0)  # the masks do match
     bbox_thresholds = json.loads((tmp_path / "out" / LRP_THRESHOLDS_FILE).read_text())
     segm_thresholds = json.loads((tmp_path / "out" / "lrp_optimal_thresholds_segm.json").read_text())
-    assert segm_thresholds == bbox_thresholds
+    assert segm_thresholds["task"] == "segm" and bbox_thresholds["task"] == "bbox"
+    assert segm_thresholds["thresholds"] == bbox_thresholds["thresholds"]

@@ -25,11 +25,11 @@ from detectron2.modeling.postprocessing import detector_postprocess
 from detectron2.modeling.roi_heads import build_box_head
 from detectron2.structures import Boxes, BoxMode, Instances
 
-from alrp_d2.checkpoint import AlrpPredictor
 from alrp_d2.config import setup_cfg
 from alrp_d2.data import build_alrp_mapper
-from alrp_d2.data.test_resize import MmcvRescale, mmcv_rescale_size
+from alrp_d2.data.inference_resize import MmcvRescale, mmcv_rescale_size
 from alrp_d2.data.training_filter import mmdet_training_filter, training_dataset_dicts
+from alrp_d2.evaluation import AlrpPredictor
 from alrp_d2.modeling import LastLevelP6P7WithoutReLU, MinIoULowQualityMatcher, ModulatedDeformConvWithCpu
 from alrp_d2.modeling.deform_conv import with_cpu_deform_conv
 from alrp_d2.modeling.postprocessing import postprocess_detections

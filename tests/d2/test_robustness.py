@@ -20,13 +20,13 @@ from PIL import Image
 
 import demo as demo_module
 import train_net
-from alrp_d2.checkpoint import AlrpPredictor, IncompatibleWeightsError
+from alrp_d2.checkpoint import IncompatibleWeightsError
 from alrp_d2.config import setup_cfg
 from alrp_d2.data import build_alrp_mapper
 from alrp_d2.data.image_errors import ImageErrorGuard, UnreadableImageError
 from alrp_d2.data.shapes import SHAPES_CLASSES
 from alrp_d2.engine import AlrpTrainer
-from alrp_d2.evaluation import LRPThresholdPredictor
+from alrp_d2.evaluation import AlrpPredictor, LRPThresholdPredictor
 
 from .tiny_configs import instances, tiny_batch, tiny_faster_rcnn_cfg, tiny_retinanet_cfg
 
@@ -256,3 +256,32 @@ def test_a_class_beyond_the_model_makes_the_ranking_loss_nan(config):
         losses = model(batch)
     name = "loss_retinanet_cls" if config == "retinanet" else "loss_box_cls"
     assert torch.isnan(losses[name])
+
+
+def alias_bomb(path, leaf: str) -> str:
+    """A 1 KB config whose MODEL.FOVEABOX.SCALE_RANGES nests 2**40 references to one YAML anchor."""
+    lines = ["MODEL:", "  FOVEABOX:", "    SCALE_RANGES:", f"      - &a0 [{leaf}, 2.0]"]
+    lines += [f"      - &a{i} [*a{i - 1}, *a{i - 1}]" for i in range(1, 41)]
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+@pytest.fixture
+def deadline():
+    """Fails the test that is still running after 30 s (SIGALRM) instead of hanging the suite."""
+    import signal
+
+    def expire(signum, frame):
+        raise TimeoutError("still running after 30 s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(30)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+def test_the_finiteness_check_visits_shared_yaml_references_once(tmp_path, deadline):
+    setup_cfg(alias_bomb(tmp_path / "bomb.yaml", "1.0"))
+    with pytest.raises(ValueError, match=r"Invalid config value MODEL.FOVEABOX.SCALE_RANGES=.*must be finite"):
+        setup_cfg(alias_bomb(tmp_path / "nan_bomb.yaml", ".nan"))

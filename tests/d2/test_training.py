@@ -204,7 +204,7 @@ def test_eval_only_reports_ap_and_lrp(kind, shapes_root, tmp_path):
             assert key in results
         assert 0 <= results["oLRP"] <= 100
     with open(tmp_path / "inference" / "lrp_optimal_thresholds.json") as f:
-        names = {entry["name"] for entry in json.load(f).values()}
+        names = {entry["name"] for entry in json.load(f)["thresholds"].values()}
     assert names == {"circle", "square", "triangle", "ring", "cross"}
 
 

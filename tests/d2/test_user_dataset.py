@@ -103,7 +103,7 @@ def test_train_evaluate_and_draw_with_the_lrp_thresholds(coco_dataset, tmp_path)
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     thresholds = output / "inference" / "lrp_optimal_thresholds.json"
-    saved = json.loads(thresholds.read_text())
+    saved = json.loads(thresholds.read_text())["thresholds"]
     assert {key: entry["name"] for key, entry in saved.items()} == {"1": "circle", "3": "square", "7": "cross"}
 
     weights = str(output / "model_final.pth")

@@ -18,8 +18,9 @@ from detectron2.modeling import build_model
 from detectron2.structures import BoxMode
 
 import train_net
-from alrp_d2.checkpoint import AlrpCheckpointer, AlrpPredictor, IncompatibleWeightsError, UnreadableCheckpointError
+from alrp_d2.checkpoint import AlrpCheckpointer, IncompatibleWeightsError, UnreadableCheckpointError
 from alrp_d2.engine import AlrpTrainer
+from alrp_d2.evaluation import AlrpPredictor
 from alrp_d2.safe_pickle import UnsafePickleError
 
 from .test_recipe import torchvision_to_detectron2
@@ -79,12 +80,12 @@ def test_batchnorm_counters_may_be_absent_and_empty_weights_warn(tmp_path, caplo
     torch.save({"model": {k: v for k, v in state.items() if k not in counters}}, cfg.MODEL.WEIGHTS)
     AlrpPredictor(cfg)
     cfg.MODEL.WEIGHTS = ""
-    with caplog.at_level(logging.WARNING, logger="alrp_d2.checkpoint"):
-        logging.getLogger("alrp_d2.checkpoint").addHandler(caplog.handler)
+    with caplog.at_level(logging.WARNING, logger="alrp_d2.evaluation.predictor"):
+        logging.getLogger("alrp_d2.evaluation.predictor").addHandler(caplog.handler)
         try:
             AlrpPredictor(cfg)
         finally:
-            logging.getLogger("alrp_d2.checkpoint").removeHandler(caplog.handler)
+            logging.getLogger("alrp_d2.evaluation.predictor").removeHandler(caplog.handler)
     assert "MODEL.WEIGHTS is empty: the predictor uses a randomly initialised model" in caplog.text
 
 
