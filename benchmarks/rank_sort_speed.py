@@ -1,12 +1,16 @@
-"""Speed, memory and gradient error of Rank & Sort Loss: ours against the official loop and BRL's
-bucketed version, on the same inputs in one run.
+"""Speed, memory and gradient error of Rank & Sort Loss: ours against the previous implementation of this
+project, the official loop and BRL's bucketed version, on the same inputs in one run.
 
-    python benchmarks/rank_sort_speed.py --official-repo PATH/RankSortLoss --brl-repo PATH/BucketedRankingBasedLosses
+    git archive main | tar -x -C /tmp/previous        # any other checkout of this project
+    python benchmarks/rank_sort_speed.py --previous-repo /tmp/previous --official-repo PATH/RankSortLoss \
+        --brl-repo PATH/BucketedRankingBasedLosses
     python benchmarks/rank_sort_speed.py --device cuda ...   # on a GPU
 
 Rows (forward + backward of the ranking output, which carries the whole score gradient):
 
 * ``ours``: :func:`alrp_d2.losses.rank_sort_loss` (computes in float64);
+* ``previous``: the same function of the checkout given by ``--previous-repo``, loaded at run time under
+  another name (``benchmarks/reference_losses.load_previous``);
 * ``official``: ``RankSort`` of kemaloksuz/RankSortLoss (``mmdet/models/losses/ranking_losses.py``),
   a Python loop over the positives;
 * ``BRL``: ``BucketedRankSort`` of blisgard/BucketedRankingBasedLosses (same path), which replaces
@@ -18,10 +22,13 @@ paths given by ``benchmarks/reference_losses.py`` (``Tensor.cuda()`` redirected 
 reported as not run.
 
 Every row is warmed up on a small problem first. Time: the median of ``--repeats`` runs, the rows
-taking turns in one process, so that a change of the machine's load hits every row alike. Memory
-and outputs: one run of each row in a fresh process; memory is the peak above what the process
-held before the run (resident memory on the CPU, with Linux's peak reset after the inputs are
-built; the allocator's peak on CUDA). The gradient error
+taking turns in one process, so that a change of the machine's load hits every row alike; ``vs ours``
+is the row's time over ours; ``one pass`` the time of copying the logits into an allocated tensor (one
+read and one write of M floats). Memory and outputs: one run of each row in a fresh process; memory is
+the peak above what the process held before the run (resident memory on the CPU, with Linux's peak
+reset after the inputs are built; the allocator's peak on CUDA), also per logit. The official loop runs
+up to ``--official-max-logits`` and the float64 loop transcription (the reference of the error columns)
+up to ``--loop-max-logits``. The gradient error
 of each row is the largest absolute difference from the float64 loop transcription of the
 official function (``tests/loop_reference.rank_sort_loss_loop``, run once per case on the same
 float32 logits), divided by the largest reference gradient; the loss columns are absolute
@@ -33,12 +40,9 @@ above with IoU targets uniform in (0, 1], 5 % of the entries ignored.
 from __future__ import annotations
 
 import argparse
-import multiprocessing as mp
 import os
-import statistics
 import sys
-import time
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, Optional, Tuple
 
 import torch
 
@@ -46,12 +50,22 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from alrp_d2.losses import rank_sort_loss  # noqa: E402  (imported before any memory is measured)
-from benchmarks.loss_speed import max_relative_difference  # noqa: E402
-from benchmarks.reference_losses import RANKING_LOSSES_FILE, load_reference  # noqa: E402
+from benchmarks.loss_speed import (  # noqa: E402
+    in_fresh_process,
+    load_average,
+    max_relative_difference,
+    median_times,
+    one_pass,
+    parse_cases,
+    peak_memory,
+    set_threads,
+    synchronise,
+)
+from benchmarks.reference_losses import RANKING_LOSSES_FILE, load_previous, load_reference  # noqa: E402
 from tests.loop_reference import rank_sort_loss_loop  # noqa: E402
 
-CASES = ["1000000:500", "4000000:1500"]
-METHODS = ("ours", "official", "BRL")
+CASES = ["1000000:500", "4000000:1500", "20000000:1500"]
+METHODS = ("ours", "previous", "official", "BRL")
 
 
 def make_inputs(num_logits: int, num_positives: int, device: str, seed: int = 0) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -70,31 +84,9 @@ def _loss_function(method: str, repo: Optional[str], device: str) -> Callable:
     if method == "ours":
         return rank_sort_loss
     assert repo is not None
+    if method == "previous":
+        return load_previous(repo).rank_sort_loss
     return load_reference("rank_sort", method, repo, device)
-
-
-def _memory_status() -> Dict[str, int]:
-    """This process's resident memory (VmRSS) and its peak (VmHWM) in bytes (Linux)."""
-    with open("/proc/self/status") as status:
-        fields = dict(line.split(":", 1) for line in status if line.startswith("Vm"))
-    return {name: int(fields[name].split()[0]) * 1024 for name in ("VmRSS", "VmHWM")}
-
-
-def _reset_peak_rss() -> int:
-    """Resets the peak resident memory to the current one (Linux ``clear_refs``) and returns it, so
-    that the peak read later is that of the measured runs, not of building the inputs."""
-    with open("/proc/self/clear_refs", "w") as clear_refs:
-        clear_refs.write("5")
-    return _memory_status()["VmRSS"]
-
-
-def _load() -> str:
-    return " ".join(f"{load:.1f}" for load in os.getloadavg())
-
-
-def _synchronise(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
 
 
 def _runner(method: str, repo: Optional[str], delta: float, device: str) -> Callable:
@@ -106,7 +98,7 @@ def _runner(method: str, repo: Optional[str], delta: float, device: str) -> Call
         leaf = logits.clone().requires_grad_(True)
         ranking, sorting = loss(leaf, targets, delta)
         ranking.backward()
-        _synchronise(device)
+        synchronise(device)
         return ranking.detach(), sorting.detach(), leaf.grad
 
     run(*make_inputs(10_000, 10, device))
@@ -115,103 +107,98 @@ def _runner(method: str, repo: Optional[str], delta: float, device: str) -> Call
 
 def _outputs_and_memory(method, repos, case, delta, device, queue) -> None:
     """One run of one row in this fresh process: its outputs and its peak memory."""
-    torch.set_num_threads(int(os.environ.get("BENCH_THREADS", torch.get_num_threads())))
+    set_threads()
     logits, targets = make_inputs(*case, device)
     if method == "loop":
         outputs = rank_sort_loss_loop(logits.cpu(), targets.cpu(), delta)
         queue.put((0, [t.double().numpy() for t in outputs]))
         return
     run = _runner(method, repos[method], delta, device)
-    if device == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
-    else:
-        base = _reset_peak_rss()
-    outputs = run(logits, targets)
-    peak = torch.cuda.max_memory_allocated() if device == "cuda" else _memory_status()["VmHWM"]
-    queue.put((peak - base, [t.double().cpu().reshape(-1).numpy() for t in outputs]))
+    peak, outputs = peak_memory(lambda: run(logits, targets), device)
+    queue.put((peak, [t.double().cpu().reshape(-1).numpy() for t in outputs]))
 
 
 def _times(methods, repos, case, delta, device, repeats, queue) -> None:
-    """The median time of every row, the rows taking turns in one process (so that a change of the
-    machine's load hits all of them alike)."""
-    torch.set_num_threads(int(os.environ.get("BENCH_THREADS", torch.get_num_threads())))
+    """The median time of every row and of one pass over the logits, the rows taking turns in one process
+    (so that a change of the machine's load hits all of them alike)."""
+    set_threads()
     logits, targets = make_inputs(*case, device)
-    runs = {method: _runner(method, repos[method], delta, device) for method in methods}
-    times: Dict[str, List[float]] = {method: [] for method in methods}
-    for _ in range(repeats):
-        for method, run in runs.items():
-            _synchronise(device)
-            start = time.perf_counter()
-            run(logits, targets)
-            times[method].append(time.perf_counter() - start)
-    queue.put({method: statistics.median(values) for method, values in times.items()})
-
-
-def _in_fresh_process(target: Callable, *args):
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    process = ctx.Process(target=target, args=(*args, queue))
-    process.start()
-    result = queue.get()
-    process.join()
-    if process.exitcode:
-        raise RuntimeError(f"{target.__name__}{args[:1]} failed (exit code {process.exitcode})")
-    return result
+    runs: Dict[str, Callable[[], object]] = {"one pass": one_pass(logits)}
+    for method in methods:
+        run = _runner(method, repos[method], delta, device)
+        runs[method] = lambda run=run: run(logits, targets)
+    queue.put(median_times(runs, repeats, device))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--previous-repo", help="another checkout of this project (e.g. git archive main | tar -x)")
     parser.add_argument("--official-repo", help="a clone of kemaloksuz/RankSortLoss")
     parser.add_argument("--brl-repo", help="a clone of blisgard/BucketedRankingBasedLosses")
     parser.add_argument("--deltas", type=float, nargs="+", default=[0.5, 0.0], help="delta of H (0.5 is RS Loss's)")
     parser.add_argument("--repeats", type=int, default=3, help="timed runs of each row (median reported)")
     parser.add_argument("--cases", nargs="+", default=CASES, help="M:P, the numbers of logits and positives")
+    parser.add_argument("--official-max-logits", type=int, default=4_000_000, help="the official loop's largest case")
+    parser.add_argument("--loop-max-logits", type=int, default=4_000_000, help="the loop transcription's largest case")
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda needs a CUDA device")
-    repos: Dict[str, Optional[str]] = {"ours": ROOT, "official": args.official_repo, "BRL": args.brl_repo}
+    repos: Dict[str, Optional[str]] = {
+        "ours": ROOT,
+        "previous": args.previous_repo,
+        "official": args.official_repo,
+        "BRL": args.brl_repo,
+    }
     for name in ("official", "BRL"):
         repo = repos[name]
         if repo is not None and not os.path.isfile(os.path.join(repo, RANKING_LOSSES_FILE)):
             parser.error(f"{name} repository {repo} has no {RANKING_LOSSES_FILE}")
 
     threads = os.environ.get("BENCH_THREADS", torch.get_num_threads())
-    print(f"device: {args.device}, torch {torch.__version__}, threads {threads}, load average {_load()}")
-    header = (
-        f"{'M':>11} {'P':>5} {'delta':>5} | {'method':>8} | {'time (s)':>9} {'vs official':>11} | {'memory':>8} | "
-        "max. error: ranking, sorting (abs.), gradient (rel.)"
+    print(f"device: {args.device}, torch {torch.__version__}, threads {threads}, load average {load_average()}")
+    print(
+        "| M | P | delta | method | time (s) | its time / ours | peak memory (MB) | bytes per logit | "
+        "max. error: ranking, sorting (abs.), gradient (rel.) |"
     )
-    print(header)
-    print("-" * len(header))
-    cases = [tuple(int(n) for n in case.split(":")) for case in args.cases]
-    methods = [method for method in METHODS if repos[method] is not None]
+    print("|---|---|---|---|---|---|---|---|---|")
     for delta in args.deltas:
-        for case in cases:
-            _, reference = _in_fresh_process(_outputs_and_memory, "loop", repos, case, delta, args.device)
+        for case in parse_cases(args.cases):
+            methods = [
+                method
+                for method in METHODS
+                if repos[method] is not None and not (method == "official" and case[0] > args.official_max_logits)
+            ]
+            reference = None
+            if case[0] <= args.loop_max_logits:
+                _, reference = in_fresh_process(_outputs_and_memory, "loop", repos, case, delta, args.device)
             results = {
-                method: _in_fresh_process(_outputs_and_memory, method, repos, case, delta, args.device)
+                method: in_fresh_process(_outputs_and_memory, method, repos, case, delta, args.device)
                 for method in methods
             }
-            times = _in_fresh_process(_times, methods, repos, case, delta, args.device, args.repeats)
+            times = in_fresh_process(_times, methods, repos, case, delta, args.device, args.repeats)
             for method in METHODS:
-                prefix = f"{case[0]:>11,} {case[1]:>5} {delta:>5} | {method:>8} |"
+                prefix = f"| {case[0]:,} | {case[1]} | {delta} | {method} |"
                 if method not in results:
-                    print(f"{prefix} not run (no --{method.lower()}-repo)")
+                    print(f"{prefix} not run | | | | |")
                     continue
                 peak, outputs = results[method]
-                ratio = f"{times['official'] / times[method]:>10.1f}x" if "official" in times else f"{'':>11}"
-                errors = [
-                    (torch.from_numpy(a) - torch.from_numpy(b)).abs().max().item()
-                    for a, b in zip(outputs[:2], reference[:2])
-                ]
-                errors.append(max_relative_difference(torch.from_numpy(outputs[2]), torch.from_numpy(reference[2])))
+                errors = "no loop reference at this size"
+                if reference is not None:
+                    differences = [
+                        (torch.from_numpy(a) - torch.from_numpy(b)).abs().max().item()
+                        for a, b in zip(outputs[:2], reference[:2])
+                    ]
+                    differences.append(
+                        max_relative_difference(torch.from_numpy(outputs[2]), torch.from_numpy(reference[2]))
+                    )
+                    errors = "  ".join(f"{error:.1e}" for error in differences)
                 print(
-                    f"{prefix} {times[method]:>9.3f} {ratio} | {peak / 2**20:>6.0f}MB | "
-                    + "  ".join(f"{error:.1e}" for error in errors)
+                    f"{prefix} {times[method]:.3f} | {times[method] / times['ours']:.1f}x | {peak / 2**20:.0f} | "
+                    f"{peak / case[0]:.1f} | {errors} |"
                 )
-    print(f"load average at the end: {_load()} (other processes on the machine slow every row)")
+            print(f"| {case[0]:,} | | | one pass (copy of the logits) | {times['one pass']:.4f} | | | | |")
+    print(f"load average at the end: {load_average()} (other processes on the machine slow every row)")
 
 
 if __name__ == "__main__":
