@@ -95,7 +95,7 @@ def killed_save(directory: Path, kill_at: int = -1, kill_on_replace: int = 0) ->
 def resumed(directory: Path):
     fresh = checkpointer(directory, 0.0, 0)
     fresh.resume_or_load("", resume=True)
-    return float(fresh.model.weight[0, 0]), fresh.checkpointables["counter"].value
+    return float(fresh.model.weight[0, 0].detach()), fresh.checkpointables["counter"].value
 
 
 SIZE = serialised_size(2.0, 7)
