@@ -11,7 +11,7 @@
 On a machine without GPUs, ``--num-gpus N`` runs N CPU workers that communicate with gloo.
 ``--dataset NAME ANNOTATIONS_JSON IMAGE_DIR`` (repeatable) registers a COCO-format dataset after
 validating its JSON; the classes of every dataset of DATASETS.TRAIN / TEST must be the model's and
-the same for all. ``--resume`` continues the run of OUTPUT_DIR exactly (README, "Resume").
+the same for all. ``--resume`` continues the run of OUTPUT_DIR exactly (docs/getting_started.md, "Resume").
 ``--eval-only`` needs weights (MODEL.WEIGHTS, or --resume with a checkpoint in OUTPUT_DIR).
 ``--allow-unsafe-config`` loads a config whose YAML tags construct Python objects (trusted files only).
 In a distributed run every process compares its config and ``--dataset`` files with the others' at

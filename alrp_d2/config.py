@@ -90,7 +90,7 @@ def add_alrp_config(cfg: CN) -> None:
     cfg.INPUT.SSD.MIN_IOUS = (1.0, 0.1, 0.3, 0.5, 0.7, 0.9, 0.0)
     cfg.INPUT.SSD.MIN_CROP_SIZE = 0.3
 
-    # Robustness of training runs (README, "Resume", "Bad images", "Your own dataset").
+    # Robustness of training runs (docs/getting_started.md, "Resume", "Bad images", "Your own dataset").
     # Loading weights whose shapes differ from the model's (another dataset's class head) is an
     # error unless True (fine-tuning: those parameters keep their initialisation).
     cfg.MODEL.ALLOW_PARTIAL_WEIGHTS = False

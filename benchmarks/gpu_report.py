@@ -1,4 +1,4 @@
-"""Every figure a GPU should add to README, in one command, written as one markdown report.
+"""Every figure a GPU should add to docs/performance.md, in one command, written as one markdown report.
 
     python benchmarks/gpu_report.py --official-repo PATH/aLRPLoss --ranksort-repo PATH/RankSortLoss \\
         --brl-repo PATH/BucketedRankingBasedLosses --output gpu_report.md

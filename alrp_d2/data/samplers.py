@@ -1,5 +1,5 @@
 """A training loader whose batches are a function of (seed, iteration, rank), so that a resumed run
-sees exactly the batches and augmentations of the uninterrupted one (README, "Resume").
+sees exactly the batches and augmentations of the uninterrupted one (docs/getting_started.md, "Resume").
 
 detectron2's ``TrainingSampler`` restarts its seeded stream when a run is resumed, and the
 augmentation RNG of its loader workers restarts with it. Here:

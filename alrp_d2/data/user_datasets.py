@@ -1,6 +1,6 @@
 """COCO-format datasets named on the command line (``--dataset NAME ANNOTATIONS_JSON IMAGE_DIR``
 of train_net.py and demo.py), validated (:mod:`.coco_json_check`) and registered in detectron2's
-catalogs with their class names (README, "Your own dataset")."""
+catalogs with their class names (docs/getting_started.md, "Your own dataset")."""
 
 from __future__ import annotations
 

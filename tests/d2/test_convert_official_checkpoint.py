@@ -207,7 +207,7 @@ def test_config_option_names_the_official_config_or_a_project_config(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# README "Evaluate the official models": convert, then train_net.py --eval-only.
+# docs/reproducing.md "Evaluate the official models": convert, then train_net.py --eval-only.
 # ---------------------------------------------------------------------------------------------------------------
 
 
@@ -250,7 +250,7 @@ def mmcv_checkpoint(fixture: Dict) -> Dict:
 
 
 def test_convert_then_eval_only_on_an_80_class_coco_set(tmp_path):
-    """The README's two commands on an official-format checkpoint (random weights of the reduced aLRP RetinaNet)
+    """docs/reproducing.md's two commands on an official-format checkpoint (random weights of the reduced aLRP RetinaNet)
     and a COCO-format set with the 80 COCO categories: train_net.py evaluates the converted weights."""
     fixture = network("retinanet_iou")
     official_path = tmp_path / "official.pth"

@@ -261,7 +261,7 @@ def test_frozen_stats_bn_needs_a_backbone_that_builds_it():
 
 
 # torchvision's ResNet names -> detectron2's: the renaming that detectron2's
-# tools/convert-torchvision-to-d2.py (README's conversion; not part of the installed package) applies.
+# tools/convert-torchvision-to-d2.py (docs/reproducing.md's conversion; not part of the installed package) applies.
 TORCHVISION_TO_D2_RENAMES = (
     *((f"layer{stage}", f"res{stage + 1}") for stage in range(1, 5)),
     *((f"bn{conv}", f"conv{conv}.norm") for conv in range(1, 4)),
