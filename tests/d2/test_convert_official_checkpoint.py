@@ -250,8 +250,8 @@ def mmcv_checkpoint(fixture: Dict) -> Dict:
 
 
 def test_convert_then_eval_only_on_an_80_class_coco_set(tmp_path):
-    """docs/reproducing.md's two commands on an official-format checkpoint (random weights of the reduced aLRP RetinaNet)
-    and a COCO-format set with the 80 COCO categories: train_net.py evaluates the converted weights."""
+    """docs/reproducing.md's two commands on an official-format checkpoint (random weights of the reduced aLRP
+    RetinaNet) and a COCO-format set with the 80 COCO categories: train_net.py evaluates the converted weights."""
     fixture = network("retinanet_iou")
     official_path = tmp_path / "official.pth"
     torch.save(mmcv_checkpoint(fixture), official_path)
