@@ -14,6 +14,9 @@ validating its JSON; the classes of every dataset of DATASETS.TRAIN / TEST must 
 the same for all. ``--resume`` continues the run of OUTPUT_DIR exactly (README, "Resume").
 ``--eval-only`` needs weights (MODEL.WEIGHTS, or --resume with a checkpoint in OUTPUT_DIR).
 ``--allow-unsafe-config`` loads a config whose YAML tags construct Python objects (trusted files only).
+A ``.py`` config is a detectron2 LazyConfig, with ``key=value`` overrides (docs/lazyconfig.md):
+
+    python train_net.py --config-file configs/quickstart/alrp_retinanet_shapes.py train.max_iter=100
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from alrp_d2.data import SHAPES_DATASETS, register_shapes_datasets
 from alrp_d2.data.dataset_classes import check_dataset_classes
 from alrp_d2.data.user_datasets import add_dataset_argument, register_user_datasets
 from alrp_d2.engine import AlrpTrainer
+from alrp_d2.engine.lazy_trainer import check_lazy_launch, is_lazy_config, lazy_main
 
 
 def prepare_datasets(cfg: CfgNode, args: argparse.Namespace) -> None:
@@ -59,6 +63,8 @@ def check_eval_only_weights(cfg: CfgNode, args: argparse.Namespace) -> None:
 
 
 def main(args: argparse.Namespace):
+    if is_lazy_config(args.config_file):
+        return lazy_main(args)
     cfg = setup_cfg(args.config_file, args.opts, allow_unsafe=getattr(args, "allow_unsafe_config", False))
     cfg.freeze()
     default_setup(cfg, args)
@@ -95,9 +101,12 @@ def get_parser() -> argparse.ArgumentParser:
 if __name__ == "__main__":
     arguments = get_parser().parse_args()
     print("Command Line Args:", arguments)
-    launcher_cfg = setup_cfg(arguments.config_file, arguments.opts, allow_unsafe=arguments.allow_unsafe_config)
-    prepare_datasets(launcher_cfg, arguments)
-    check_eval_only_weights(launcher_cfg, arguments)
+    if is_lazy_config(arguments.config_file):
+        check_lazy_launch(arguments)
+    else:
+        launcher_cfg = setup_cfg(arguments.config_file, arguments.opts, allow_unsafe=arguments.allow_unsafe_config)
+        prepare_datasets(launcher_cfg, arguments)
+        check_eval_only_weights(launcher_cfg, arguments)
     launch(
         main,
         arguments.num_gpus,
