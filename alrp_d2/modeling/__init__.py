@@ -5,10 +5,11 @@ from .alrp_foveabox import AlrpFoveaBox
 from .alrp_generalized_rcnn import AlrpGeneralizedRCNN
 from .alrp_retinanet import AlrpRetinaNet
 from .alrp_roi_heads import AlrpFastRCNNOutputLayers, AlrpROIHeads
-from .alrp_rpn import AlrpRPN, MinIoULowQualityRPN
+from .alrp_rpn import AlrpRPN, MinIoULowQualityRPN, with_objectness_prior
 from .anchor_generator import OctaveAnchorGenerator
 from .atss import AtssMatcher
 from .backbone import (
+    ConfigurableFPN,
     FrozenStatsBatchNorm2d,
     LastLevelP6P7WithoutReLU,
     build_alrp_resnet_fpn_backbone,
@@ -58,6 +59,7 @@ __all__ = [
     "AlrpRPN",
     "AtssMatcher",
     "ConfigurableFCOS",
+    "ConfigurableFPN",
     "DeformConvWithCpu",
     "FoveaBox",
     "FrozenStatsBatchNorm2d",
@@ -77,4 +79,5 @@ __all__ = [
     "build_alrp_resnet_fpn_backbone",
     "build_alrp_retinanet_resnet_fpn_backbone",
     "build_fcos_resnet_fpn_backbone",
+    "with_objectness_prior",
 ]

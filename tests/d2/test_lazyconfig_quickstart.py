@@ -24,7 +24,14 @@ MAX_ITER, CHECKPOINT_PERIOD = 6, 3
 def datasets(tmp_path_factory) -> List[str]:
     root = str(tmp_path_factory.mktemp("datasets"))
     prepare_shapes_dataset(root, num_images={"train": 8, "val": 2})
-    return ["--dataset", "lazy_train", *shapes_paths(root, "train"), "--dataset", "lazy_val", *shapes_paths(root, "val")]
+    return [
+        "--dataset",
+        "lazy_train",
+        *shapes_paths(root, "train"),
+        "--dataset",
+        "lazy_val",
+        *shapes_paths(root, "val"),
+    ]
 
 
 def overrides(output_dir: Path) -> List[str]:
