@@ -9,7 +9,7 @@ from typing import Dict, List
 from detectron2.config import CfgNode, configurable
 from detectron2.layers import ShapeSpec
 from detectron2.modeling import PROPOSAL_GENERATOR_REGISTRY
-from detectron2.modeling.proposal_generator import RPN
+from detectron2.modeling.proposal_generator import RPN, StandardRPNHead
 from detectron2.structures import Boxes
 from torch import Tensor, nn
 
@@ -23,8 +23,8 @@ from .low_quality_matcher import MinIoULowQualityMatcher
 __all__ = ["AlrpRPN", "MinIoULowQualityRPN", "with_objectness_prior"]
 
 
-def with_objectness_prior(head: nn.Module, prior_prob: float) -> nn.Module:
-    """``head`` (an RPN head with ``objectness_logits``) whose objectness logits start at the bias
+def with_objectness_prior(head: StandardRPNHead, prior_prob: float) -> StandardRPNHead:
+    """``head`` whose objectness logits start at the bias
     log(p / (1 - p)) of ``prior_prob`` (0.5: detectron2's 0; the official aLRP RPN's 0.01)."""
     if not 0.0 < prior_prob < 1.0:
         raise ValueError(f"prior_prob must be in (0, 1), got {prior_prob}")
