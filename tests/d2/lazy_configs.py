@@ -29,6 +29,23 @@ TWINS = [
     ("quickstart/alrp_retinanet_shapes.py", "quickstart/alrp_retinanet_shapes.yaml"),
 ]
 NUM_CLASSES = 3
+
+
+def _tiny_vit(cfg: DictConfig) -> DictConfig:
+    """ViTDet's ViT-B as a two-block ViT of width 64 on 128-px images."""
+    vit = cfg.model.backbone.net
+    vit.update(img_size=128, embed_dim=64, depth=2, num_heads=2, window_size=4, window_block_indexes=[0])
+    cfg.model.backbone.square_pad = 128
+    return cfg
+
+
+# The LazyConfigs without a yacs twin, with what they need beyond tiny_lazy.
+FLAGSHIPS = {
+    "new_baselines/rs_mask_rcnn_R_50_FPN_100ep_LSJ.py": lambda cfg: cfg,
+    "new_baselines/alrp_mask_rcnn_R_50_FPN_100ep_LSJ.py": lambda cfg: cfg,
+    "ViTDet/rs_mask_rcnn_vitdet_b_100ep.py": _tiny_vit,
+    "LVISv1-InstanceSegmentation/rs_mask_rcnn_R_50_FPN_1x.py": lambda cfg: cfg,
+}
 # The widths of the full configs and the tests': the FPN and its heads, the box head's fully connected layers.
 WIDTHS = {256: 32, 1024: 64}
 
@@ -56,7 +73,7 @@ def tiny_lazy(cfg: DictConfig) -> DictConfig:
     for resnet in calls(cfg.model, ResNet):
         resnet.stages.depth = 18
         resnet.stages.pop("stride_in_1x1", None)
-    top_block = cfg.model.backbone.get("top_block")
+    top_block = cfg.model.backbone.get("top_block")  # P6 from C5: ResNet-18's 512 channels
     if top_block is not None and top_block.get("in_feature", "res5") == "res5" and "in_channels" in top_block:
         top_block.in_channels = 512
     heads = cfg.model.get("roi_heads")
