@@ -1,5 +1,6 @@
 """Detectron2 components trained with aLRP Loss; importing registers them."""
 
+from .alrp_cascade_roi_heads import AlrpCascadeROIHeads
 from .alrp_fcos import AlrpFCOS, ConfigurableFCOS
 from .alrp_foveabox import AlrpFoveaBox
 from .alrp_generalized_rcnn import AlrpGeneralizedRCNN
@@ -50,6 +51,7 @@ __all__ = [
     "RankingCriterion",
     "RowLabels",
     "build_ranking_criterion",
+    "AlrpCascadeROIHeads",
     "AlrpFCOS",
     "AlrpGeneralizedRCNN",
     "AlrpFoveaBox",

@@ -45,6 +45,7 @@ FLAGSHIPS = {
     "new_baselines/alrp_mask_rcnn_R_50_FPN_100ep_LSJ.py": lambda cfg: cfg,
     "ViTDet/rs_mask_rcnn_vitdet_b_100ep.py": _tiny_vit,
     "LVISv1-InstanceSegmentation/rs_mask_rcnn_R_50_FPN_1x.py": lambda cfg: cfg,
+    "COCO-Detection/rs_cascade_rcnn_R_50_FPN_1x.py": lambda cfg: cfg,
 }
 # The widths of the full configs and the tests': the FPN and its heads, the box head's fully connected layers.
 WIDTHS = {256: 32, 1024: 64}
@@ -95,6 +96,9 @@ def _narrow(value: Any) -> Any:
 def _shrink_widths(node: Any) -> None:
     """Every width of :data:`WIDTHS` outside the bottom-up network: channels, head convolutions, fully connected
     layers and the input shapes of the heads."""
+    if isinstance(node, ListConfig):
+        for item in node:
+            _shrink_widths(item)
     if not isinstance(node, DictConfig):
         return
     for key in list(node.keys()):
