@@ -83,7 +83,8 @@ class AlrpFastRCNNOutputLayers(FastRCNNOutputLayers):
         # Images without GT have no gt_boxes; their proposals are all negatives.
         gt_boxes = cat([(p.gt_boxes if p.has("gt_boxes") else p.proposal_boxes).tensor for p in proposals], dim=0)
         # Class-agnostic regression (cascade stages): every class's row reads the one box.
-        class_deltas = proposal_deltas.reshape(len(gt_classes), -1, proposal_boxes.shape[1])
+        box_dim = proposal_boxes.shape[1]
+        class_deltas = proposal_deltas.reshape(len(gt_classes), proposal_deltas.shape[1] // box_dim, box_dim)
         class_deltas = class_deltas.expand(-1, self.num_classes, -1)
         boxes = ProposalBoxes(
             self.box2box_transform, class_deltas, proposal_boxes, gt_boxes, gt_classes, self.smooth_l1_beta
