@@ -174,8 +174,9 @@ def build_lazy_train_loader(cfg: DictConfig) -> Tuple[Any, int]:
 
 
 def lazy_test(cfg: DictConfig, model: nn.Module) -> Dict[str, Any]:
-    """``dataloader.evaluator`` on ``dataloader.test`` (nothing without an evaluator), after the class checks."""
-    if "evaluator" not in cfg.dataloader:
+    """``dataloader.evaluator`` on ``dataloader.test`` (nothing without an evaluator, or with
+    ``dataloader.evaluator=None``), after the class checks."""
+    if cfg.dataloader.get("evaluator") is None:
         return {}
     key, expected = lazy_num_classes(cfg)
     check_classes({"dataloader.test": lazy_dataset_names(cfg, "test")}, key, expected, assign="=")

@@ -13,11 +13,14 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 TIMING_KEYS = ("time", "data_time", "eta_seconds", "rank_data_time")
 
 
+def environment() -> Dict[str, str]:
+    return dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONPATH=str(REPO_ROOT))
+
+
 def run_train_net(arguments: List[str]) -> None:
     """``python train_net.py ARGUMENTS`` in the repository root; the run must succeed."""
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONPATH=str(REPO_ROOT))
     command = [sys.executable, str(REPO_ROOT / "train_net.py"), *arguments]
-    result = subprocess.run(command, env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+    result = subprocess.run(command, env=environment(), cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
 
 
