@@ -24,6 +24,8 @@ setup(
     extras_require={
         # tools/plot_training.py
         "plots": ["matplotlib"],
+        # configs/ViTDet: detectron2's ViT backbone imports timm (DropPath, Mlp)
+        "vitdet": ["timm"],
         # the test suite (scipy: Spearman references) and the checks CI runs before it
         "test": ["pytest>=7", "scipy", "matplotlib", "ruff", "mypy"],
     },

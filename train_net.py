@@ -18,6 +18,9 @@ In a distributed run every process compares its config and ``--dataset`` files w
 start-up (they stop naming the keys that differ), and a machine that never starts or a rank that
 dies or stops ends the run after ``--dist-timeout`` seconds (default 600); loader workers die with
 their rank.
+A ``.py`` config is a detectron2 LazyConfig, with ``key=value`` overrides (docs/lazyconfig.md):
+
+    python train_net.py --config-file configs/quickstart/alrp_retinanet_shapes.py train.max_iter=100
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from alrp_d2.data.dataset_classes import check_dataset_classes, dataset_classes
 from alrp_d2.data.dataset_segmentations import check_dataset_segmentations
 from alrp_d2.data.user_datasets import add_dataset_argument, register_user_datasets
 from alrp_d2.engine import AlrpTrainer
+from alrp_d2.engine.lazy_trainer import check_lazy_launch, is_lazy_config, lazy_main
 from alrp_d2.engine.machine_agreement import check_machines_agree, run_description
 
 #: --dist-timeout's default: a distributed run whose machine never starts, or whose rank dies or stops, ends after
@@ -73,6 +77,8 @@ def check_eval_only_weights(cfg: CfgNode, args: argparse.Namespace) -> None:
 
 
 def main(args: argparse.Namespace):
+    if is_lazy_config(args.config_file):
+        return lazy_main(args)
     cfg = setup_cfg(args.config_file, args.opts, allow_unsafe=getattr(args, "allow_unsafe_config", False))
     timeout = timedelta(seconds=getattr(args, "dist_timeout", DEFAULT_DIST_TIMEOUT_S))
     check_machines_agree(run_description(cfg, getattr(args, "dataset", None) or []), timeout)
@@ -119,9 +125,12 @@ def get_parser() -> argparse.ArgumentParser:
 if __name__ == "__main__":
     arguments = get_parser().parse_args()
     print("Command Line Args:", arguments)
-    launcher_cfg = setup_cfg(arguments.config_file, arguments.opts, allow_unsafe=arguments.allow_unsafe_config)
-    prepare_datasets(launcher_cfg, arguments)
-    check_eval_only_weights(launcher_cfg, arguments)
+    if is_lazy_config(arguments.config_file):
+        check_lazy_launch(arguments)
+    else:
+        launcher_cfg = setup_cfg(arguments.config_file, arguments.opts, allow_unsafe=arguments.allow_unsafe_config)
+        prepare_datasets(launcher_cfg, arguments)
+        check_eval_only_weights(launcher_cfg, arguments)
     launch(
         main,
         arguments.num_gpus,

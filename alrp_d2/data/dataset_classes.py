@@ -22,6 +22,7 @@ from detectron2.modeling import META_ARCH_REGISTRY, GeneralizedRCNN
 __all__ = [
     "ClassesMismatchError",
     "DatasetClasses",
+    "check_classes",
     "check_dataset_classes",
     "check_same_classes",
     "classes_from_record",
@@ -178,19 +179,24 @@ def _same_classes(a: DatasetClasses, b: DatasetClasses) -> bool:
 
 
 def check_dataset_classes(cfg: CfgNode, include_train: bool = True) -> None:
-    """Raises ValueError, before training or evaluation, when a registered dataset of DATASETS.TRAIN
-    (unless not ``include_train``: evaluation only, where the classes of the weights are those
-    their checkpoint records) or DATASETS.TEST has another number of classes than the model
-    (naming the key to set), has a category id or name twice, or has other classes, or the same
-    classes in another order, than the first of them (showing both lists). A dataset whose
-    metadata declares no classes (:func:`dataset_classes`) is not checked (a warning says so); an
-    unregistered name is left to detectron2's error."""
+    """:func:`check_classes` of the datasets of DATASETS.TRAIN (unless not ``include_train``: evaluation only, where
+    the classes of the weights are those their checkpoint records) and DATASETS.TEST against the model's number of
+    classes."""
     key, expected = model_num_classes(cfg)
+    train = cfg.DATASETS.TRAIN if include_train else ()
+    check_classes({"DATASETS.TRAIN": train, "DATASETS.TEST": cfg.DATASETS.TEST}, key, expected)
+
+
+def check_classes(datasets: Mapping[str, Sequence[str]], key: str, expected: int, assign: str = " ") -> None:
+    """Raises ValueError, before training or evaluation, when a registered dataset of ``datasets`` ({config key:
+    dataset names}, the training ones first) has another number of classes than the model (``expected``, naming
+    ``key`` to set: ``key<assign>value`` on the command line), has a category id or name twice, or has other classes,
+    or the same classes in another order, than the first of them (showing both lists). A dataset whose metadata
+    declares no classes (:func:`dataset_classes`) is not checked (a warning says so); an unregistered name is left to
+    detectron2's error."""
     checked: List[DatasetClasses] = []
-    train = list(cfg.DATASETS.TRAIN) if include_train else []
-    roles = {name: "DATASETS.TEST" for name in cfg.DATASETS.TEST}
-    roles.update({name: "DATASETS.TRAIN" for name in train})
-    for name in dict.fromkeys(train + list(cfg.DATASETS.TEST)):
+    roles = {name: role for role, names in reversed(list(datasets.items())) for name in names}
+    for name in dict.fromkeys(name for names in datasets.values() for name in names):
         if name not in DatasetCatalog.list():
             continue
         classes = dataset_classes(name)
@@ -203,7 +209,7 @@ def check_dataset_classes(cfg: CfgNode, include_train: bool = True) -> None:
         if len(classes.names) != expected:
             raise ValueError(
                 f"dataset {name!r} ({roles[name]}) has {len(classes.names)} categories but {key} is {expected}: "
-                f"add `{key} {len(classes.names)}` to the command line"
+                f"add `{key}{assign}{len(classes.names)}` to the command line"
             )
         if checked and not _same_classes(checked[0], classes):
             raise ValueError(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import random
 import weakref
 from typing import Dict, List, Optional
@@ -15,8 +14,7 @@ from detectron2.config import CfgNode
 from detectron2.data import build_detection_test_loader, build_detection_train_loader
 from detectron2.engine import AMPTrainer, DefaultTrainer, SimpleTrainer, TrainerBase, create_ddp_model, hooks
 from detectron2.utils import comm
-from detectron2.utils.events import CommonMetricPrinter, EventWriter, JSONWriter, TensorboardXWriter
-from detectron2.utils.file_io import PathManager
+from detectron2.utils.events import EventWriter
 
 from ..checkpoint import AlrpCheckpointer, weights_fingerprint
 from ..data import build_alrp_mapper
@@ -28,6 +26,7 @@ from ..data.training_filter import training_dataset_dicts
 from ..data.worker_lifetime import workers_die_with_parent
 from ..evaluation import COCOLRPEvaluator
 from .self_balance import SelfBalanceHook, find_ranking_losses, self_balance_period
+from .writers import alrp_writers
 
 __all__ = ["AlrpTrainer", "DataPositionHook"]
 
@@ -170,13 +169,7 @@ class AlrpTrainer(DefaultTrainer):
 
     def build_writers(self) -> List[EventWriter]:
         """detectron2's writers, with metrics.json smoothed over SOLVER.LOG_PERIOD iterations."""
-        period = self.cfg.SOLVER.LOG_PERIOD
-        PathManager.mkdirs(self.cfg.OUTPUT_DIR)
-        return [
-            CommonMetricPrinter(self.max_iter, window_size=period),
-            JSONWriter(os.path.join(self.cfg.OUTPUT_DIR, "metrics.json"), window_size=period),
-            TensorboardXWriter(self.cfg.OUTPUT_DIR, window_size=period),
-        ]
+        return alrp_writers(self.cfg.OUTPUT_DIR, self.max_iter, self.cfg.SOLVER.LOG_PERIOD)
 
     def build_hooks(self) -> List[hooks.HookBase]:
         """DefaultTrainer's hooks plus :class:`SelfBalanceHook` when a head has a ranking loss (it

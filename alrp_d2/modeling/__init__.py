@@ -1,14 +1,16 @@
 """Detectron2 components trained with aLRP Loss; importing registers them."""
 
+from .alrp_cascade_roi_heads import AlrpCascadeROIHeads
 from .alrp_fcos import AlrpFCOS, ConfigurableFCOS
 from .alrp_foveabox import AlrpFoveaBox
 from .alrp_generalized_rcnn import AlrpGeneralizedRCNN
 from .alrp_retinanet import AlrpRetinaNet
 from .alrp_roi_heads import AlrpFastRCNNOutputLayers, AlrpROIHeads
-from .alrp_rpn import AlrpRPN, MinIoULowQualityRPN
+from .alrp_rpn import AlrpRPN, MinIoULowQualityRPN, with_objectness_prior
 from .anchor_generator import OctaveAnchorGenerator
 from .atss import AtssMatcher
 from .backbone import (
+    ConfigurableFPN,
     FrozenStatsBatchNorm2d,
     LastLevelP6P7WithoutReLU,
     build_alrp_resnet_fpn_backbone,
@@ -51,6 +53,7 @@ __all__ = [
     "RowLabels",
     "WithCorrelationLoss",
     "build_ranking_criterion",
+    "AlrpCascadeROIHeads",
     "AlrpFCOS",
     "AlrpGeneralizedRCNN",
     "AlrpFoveaBox",
@@ -60,6 +63,7 @@ __all__ = [
     "AlrpRPN",
     "AtssMatcher",
     "ConfigurableFCOS",
+    "ConfigurableFPN",
     "DeformConvWithCpu",
     "FoveaBox",
     "FrozenStatsBatchNorm2d",
@@ -79,4 +83,5 @@ __all__ = [
     "build_alrp_resnet_fpn_backbone",
     "build_alrp_retinanet_resnet_fpn_backbone",
     "build_fcos_resnet_fpn_backbone",
+    "with_objectness_prior",
 ]

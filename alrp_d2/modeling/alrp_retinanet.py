@@ -43,7 +43,7 @@ class AlrpRetinaNet(DenseRankingDetector, KeepEmptyDetections, OfficialOrderInfe
     ranking_loss_name = "retinanet"
 
     @configurable
-    def __init__(self, *, official_inference: bool, keep_empty_detections: bool = False, **kwargs):
+    def __init__(self, *, official_inference: bool = False, keep_empty_detections: bool = False, **kwargs):
         """
         Args:
             official_inference: select detections as the official (mmdetection 2.x) test does.

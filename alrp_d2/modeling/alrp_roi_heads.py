@@ -20,7 +20,7 @@ from .proposal_boxes import ProposalBoxes
 from .rank_sort_mask_head import RankSortMaskHead
 from .ranking_targets import RowLabels
 
-__all__ = ["AlrpFastRCNNOutputLayers", "AlrpROIHeads"]
+__all__ = ["AlrpFastRCNNOutputLayers", "AlrpROIHeads", "keep_every_proposal"]
 
 Predictions = Tuple[Tensor, Tensor]
 
@@ -80,7 +80,10 @@ class AlrpFastRCNNOutputLayers(FastRCNNOutputLayers):
         proposal_boxes = cat([p.proposal_boxes.tensor for p in proposals], dim=0)
         # Images without GT have no gt_boxes; their proposals are all negatives.
         gt_boxes = cat([(p.gt_boxes if p.has("gt_boxes") else p.proposal_boxes).tensor for p in proposals], dim=0)
-        class_deltas = proposal_deltas.reshape(len(gt_classes), self.num_classes, proposal_boxes.shape[1])
+        # Class-agnostic regression (cascade stages): every class's row reads the one box.
+        box_dim = proposal_boxes.shape[1]
+        class_deltas = proposal_deltas.reshape(len(gt_classes), proposal_deltas.shape[1] // box_dim, box_dim)
+        class_deltas = class_deltas.expand(-1, self.num_classes, -1)
         boxes = ProposalBoxes(
             self.box2box_transform, class_deltas, proposal_boxes, gt_boxes, gt_classes, self.smooth_l1_beta
         )
@@ -161,11 +164,17 @@ class AlrpROIHeads(StandardROIHeads):
     def _sample_proposals(
         self, matched_idxs: Tensor, matched_labels: Tensor, gt_classes: Tensor
     ) -> Tuple[Tensor, Tensor]:
-        """Keeps every proposal, labelled with its matched GT class (matcher label 1), the
-        background class K (label 0) or -1 (ignored, label -1)."""
-        if gt_classes.numel() == 0:
-            labels = torch.full_like(matched_idxs, self.num_classes)
-        else:
-            labels = gt_classes[matched_idxs].masked_fill(matched_labels == 0, self.num_classes)
-            labels = labels.masked_fill(matched_labels == -1, -1)
-        return torch.arange(len(matched_idxs), device=matched_idxs.device), labels
+        return keep_every_proposal(matched_idxs, matched_labels, gt_classes, self.num_classes)
+
+
+def keep_every_proposal(
+    matched_idxs: Tensor, matched_labels: Tensor, gt_classes: Tensor, num_classes: int
+) -> Tuple[Tensor, Tensor]:
+    """detectron2's ``ROIHeads._sample_proposals`` without sampling: every proposal, labelled with its matched GT
+    class (matcher label 1), the background class ``num_classes`` (label 0) or -1 (ignored, label -1)."""
+    if gt_classes.numel() == 0:
+        labels = torch.full_like(matched_idxs, num_classes)
+    else:
+        labels = gt_classes[matched_idxs].masked_fill(matched_labels == 0, num_classes)
+        labels = labels.masked_fill(matched_labels == -1, -1)
+    return torch.arange(len(matched_idxs), device=matched_idxs.device), labels

@@ -9,7 +9,7 @@ from typing import Dict, List
 from detectron2.config import CfgNode, configurable
 from detectron2.layers import ShapeSpec
 from detectron2.modeling import PROPOSAL_GENERATOR_REGISTRY
-from detectron2.modeling.proposal_generator import RPN
+from detectron2.modeling.proposal_generator import RPN, StandardRPNHead
 from detectron2.structures import Boxes
 from torch import Tensor, nn
 
@@ -19,7 +19,16 @@ from .dense_ranking_detector import dense_ranking_loss
 from .head_ranking_loss import HeadRankingLoss
 from .low_quality_matcher import MinIoULowQualityMatcher
 
-__all__ = ["AlrpRPN", "MinIoULowQualityRPN"]
+__all__ = ["AlrpRPN", "MinIoULowQualityRPN", "with_objectness_prior"]
+
+
+def with_objectness_prior(head: StandardRPNHead, prior_prob: float) -> StandardRPNHead:
+    """``head`` whose objectness logits start at the bias
+    log(p / (1 - p)) of ``prior_prob`` (0.5: detectron2's 0; the official aLRP RPN's 0.01)."""
+    if not 0.0 < prior_prob < 1.0:
+        raise ValueError(f"prior_prob must be in (0, 1), got {prior_prob}")
+    nn.init.constant_(head.objectness_logits.bias, math.log(prior_prob / (1 - prior_prob)))
+    return head
 
 
 @PROPOSAL_GENERATOR_REGISTRY.register()
@@ -40,7 +49,7 @@ class MinIoULowQualityRPN(RPN):
             min_iou=alrp.RPN_LOW_QUALITY_MIN_IOU,
             low_quality_gt=alrp.LOW_QUALITY_MATCH_GT,
         )
-        nn.init.constant_(ret["head"].objectness_logits.bias, math.log(alrp.RPN_PRIOR_PROB / (1 - alrp.RPN_PRIOR_PROB)))
+        with_objectness_prior(ret["head"], alrp.RPN_PRIOR_PROB)
         return ret
 
 

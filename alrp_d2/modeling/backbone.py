@@ -9,9 +9,9 @@ affine parameters too. ``MODEL.RESNETS.NORM "FrozenStatsBN"`` selects :class:`Fr
 ResNet built by the backbones registered here; any other norm builds detectron2's ResNet.
 
 The FPN of these backbones follows MODEL.FPN.RELU_BEFORE_P7 and WEIGHT_INIT, whose defaults keep detectron2's FPN
-(:func:`configure_fpn`; the official network: P7 from P6 without a ReLU, xavier_uniform convolutions), and their
-deformable convolutions run on CPUs too (:mod:`alrp_d2.modeling.deform_conv`). FCOS's backbone computes P6 and P7
-from P5.
+(:func:`configure_fpn`, :class:`ConfigurableFPN` in a LazyConfig; the official network: P7 from P6 without a ReLU,
+xavier_uniform convolutions), and their deformable convolutions run on CPUs too (:mod:`alrp_d2.modeling.deform_conv`).
+FCOS's backbone computes P6 and P7 from P5.
 """
 
 from __future__ import annotations
@@ -40,7 +40,9 @@ __all__ = [
     "P7_BACKBONES",
     "FrozenStatsBatchNorm2d",
     "LastLevelP6P7WithoutReLU",
+    "ConfigurableFPN",
     "configure_fpn",
+    "configure_fpn_from_config",
     "build_alrp_resnet_fpn_backbone",
     "build_alrp_retinanet_resnet_fpn_backbone",
     "build_fcos_resnet_fpn_backbone",
@@ -104,15 +106,16 @@ class LastLevelP6P7WithoutReLU(LastLevelP6P7):
         return new
 
 
-def configure_fpn(backbone: FPN, cfg: CfgNode) -> FPN:
+def configure_fpn(backbone: FPN, *, relu_before_p7: bool = True, weight_init: str = FPN_WEIGHT_INITS[0]) -> FPN:
     """Applies MODEL.FPN.RELU_BEFORE_P7 (False: :class:`LastLevelP6P7WithoutReLU`) and WEIGHT_INIT ("xavier_uniform":
     every convolution of the FPN, top block included, ``xavier_uniform_`` with bias 0 as mmdetection's
     ``xavier_init(distribution="uniform")``) to a detectron2 FPN, and gives its deformable convolutions a CPU path;
     returns ``backbone``."""
-    fpn = cfg.MODEL.FPN
-    if not fpn.RELU_BEFORE_P7 and isinstance(backbone.top_block, LastLevelP6P7):
+    if weight_init not in FPN_WEIGHT_INITS:
+        raise ValueError(f"weight_init must be one of {FPN_WEIGHT_INITS}, got {weight_init!r}")
+    if not relu_before_p7 and isinstance(backbone.top_block, LastLevelP6P7):
         backbone.top_block = LastLevelP6P7WithoutReLU.of(backbone.top_block)
-    if fpn.WEIGHT_INIT == "xavier_uniform":
+    if weight_init == "xavier_uniform":
         for name, module in backbone.named_modules():
             if isinstance(module, nn.Conv2d) and not name.startswith("bottom_up."):
                 nn.init.xavier_uniform_(module.weight)
@@ -120,6 +123,20 @@ def configure_fpn(backbone: FPN, cfg: CfgNode) -> FPN:
                     nn.init.zeros_(module.bias)
     with_cpu_deform_conv(backbone.bottom_up)
     return backbone
+
+
+def configure_fpn_from_config(backbone: FPN, cfg: CfgNode) -> FPN:
+    """:func:`configure_fpn` with MODEL.FPN.RELU_BEFORE_P7 and WEIGHT_INIT."""
+    return configure_fpn(backbone, relu_before_p7=cfg.MODEL.FPN.RELU_BEFORE_P7, weight_init=cfg.MODEL.FPN.WEIGHT_INIT)
+
+
+class ConfigurableFPN(FPN):
+    """detectron2's FPN with the arguments of :func:`configure_fpn` (the official network in a LazyConfig:
+    ``model.backbone._target_ = ConfigurableFPN``); its modules and their names are the FPN's."""
+
+    def __init__(self, *, relu_before_p7: bool = True, weight_init: str = FPN_WEIGHT_INITS[0], **kwargs):
+        super().__init__(**kwargs)
+        configure_fpn(self, relu_before_p7=relu_before_p7, weight_init=weight_init)
 
 
 BackboneBuilder = Callable[[CfgNode, ShapeSpec], Backbone]
@@ -131,13 +148,13 @@ def build_with_frozen_stats_bn(cfg: CfgNode, input_shape: ShapeSpec, builder: Ba
     frozen by MODEL.BACKBONE.FREEZE_AT become FrozenBatchNorm2d, as detectron2 does) and its other BatchNorm2d
     layers become FrozenStatsBatchNorm2d. The FPN keeps MODEL.FPN.NORM."""
     if cfg.MODEL.RESNETS.NORM != FROZEN_STATS_BN:
-        return configure_fpn(builder(cfg, input_shape), cfg)
+        return configure_fpn_from_config(builder(cfg, input_shape), cfg)
     bn_cfg = cfg.clone()
     bn_cfg.defrost()
     bn_cfg.MODEL.RESNETS.NORM = "BN"
     backbone = builder(bn_cfg, input_shape)
     FrozenStatsBatchNorm2d.convert(backbone.bottom_up)
-    return configure_fpn(backbone, cfg)
+    return configure_fpn_from_config(backbone, cfg)
 
 
 @BACKBONE_REGISTRY.register()

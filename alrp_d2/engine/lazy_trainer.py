@@ -1,0 +1,282 @@
+"""Training and evaluation of a LazyConfig (a ``.py`` config) with the project's behaviour: the resumable loader
+and per-step seeds (exact resume), the self-balance hook, atomic checkpoints with fallback and safe loading, the
+class checks, AMP and the writers of :func:`alrp_writers`.
+
+The fields are detectron2's (``configs/common/train.py`` and ``tools/lazyconfig_train_net.py``): ``model``,
+``dataloader.train`` / ``test`` / ``evaluator``, ``optimizer``, ``lr_multiplier`` and ``train`` (``output_dir``,
+``init_checkpoint``, ``max_iter``, ``amp.enabled``, ``ddp``, ``checkpointer``, ``eval_period``, ``log_period``,
+``device``, ``seed``). ``train`` may also hold the project's keys (:data:`TRAIN_DEFAULTS`). The ranking of every
+head (``ranking="global"``) and its criterion are arguments of the heads' ``HeadRankingLoss``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import os
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+
+import torch
+from detectron2.config import LazyConfig, instantiate
+from detectron2.data import build_detection_train_loader, get_detection_dataset_dicts
+from detectron2.engine import AMPTrainer, SimpleTrainer, create_ddp_model, default_setup, hooks
+from detectron2.evaluation import inference_on_dataset, print_csv_format
+from detectron2.utils import comm
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from torch import nn
+
+from ..checkpoint import LAST_CHECKPOINT, AlrpCheckpointer
+from ..data import SHAPES_DATASETS, register_shapes_datasets
+from ..data.dataset_classes import check_classes
+from ..data.image_errors import ImageErrorGuard
+from ..data.samplers import ResumableBatchSampler, build_resumable_train_loader
+from ..data.user_datasets import register_user_datasets
+from .self_balance import SelfBalanceHook, find_ranking_losses
+from .trainer import DataPositionHook
+from .writers import alrp_writers
+
+__all__ = [
+    "TRAIN_DEFAULTS",
+    "is_lazy_config",
+    "lazy_dataset_names",
+    "check_lazy_launch",
+    "lazy_main",
+    "lazy_num_classes",
+    "lazy_test",
+    "load_lazy_config",
+    "run_lazy_config",
+    "prepare_lazy_datasets",
+]
+
+logger = logging.getLogger(__name__)
+
+#: The project's keys of ``train`` and their values when a config (e.g. one of detectron2's) lacks them:
+#: ``self_balance_period`` (iterations; 0: one epoch of the training set), ``allow_partial_weights`` (weights that do
+#: not fit the model load as detectron2 loads them), ``skip_unreadable_images`` (skip training images that cannot be
+#: read, with a warning per file) and ``seed`` (< 0: drawn, shared by the workers and saved in the checkpoints).
+TRAIN_DEFAULTS: Dict[str, Any] = {
+    "self_balance_period": 0,
+    "allow_partial_weights": False,
+    "skip_unreadable_images": False,
+    "seed": -1,
+}
+#: Where a LazyConfig model keeps its number of classes, in the order they are looked up.
+NUM_CLASSES_KEYS = ("model.roi_heads.num_classes", "model.num_classes")
+
+
+def is_lazy_config(path: str) -> bool:
+    """Whether ``path`` is a LazyConfig (a Python file) rather than a YAML config."""
+    return path.endswith(".py")
+
+
+def train_option(cfg: DictConfig, key: str) -> Any:
+    """``train.<key>``, or its :data:`TRAIN_DEFAULTS` value."""
+    return cfg.train.get(key, TRAIN_DEFAULTS[key])
+
+
+def load_lazy_config(path: str, overrides: Sequence[str] = ()) -> DictConfig:
+    """detectron2's ``LazyConfig.load`` and ``apply_overrides`` (``key=value``), checked: the fields the trainer
+    reads exist, and the periods are positive integers."""
+    cfg = LazyConfig.load(path)
+    cfg = LazyConfig.apply_overrides(cfg, list(overrides))
+    for field in ("model", "train", "dataloader"):
+        if field not in cfg:
+            raise ValueError(f"{path}: a LazyConfig for train_net.py needs a top-level {field!r}")
+    for key in ("max_iter", "log_period", "checkpointer.period"):
+        value = OmegaConf.select(cfg.train, key)
+        if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+            raise ValueError(f"{path}: train.{key} must be an integer >= 1, got {value!r}")
+    period = train_option(cfg, "self_balance_period")
+    if not (isinstance(period, int) and period >= 0):
+        raise ValueError(f"{path}: train.self_balance_period must be an integer >= 0 (0: one epoch), got {period!r}")
+    return cfg
+
+
+def _calls(node: Any, target: Any) -> Iterator[DictConfig]:
+    """Every LazyCall of ``target`` in a config subtree."""
+    if isinstance(node, DictConfig):
+        if node.get("_target_") is target:
+            yield node
+        for value in node.values():
+            yield from _calls(value, target)
+    elif isinstance(node, ListConfig):
+        for value in node:
+            yield from _calls(value, target)
+
+
+def lazy_dataset_names(cfg: DictConfig, split: str) -> List[str]:
+    """The dataset names of ``dataloader.<split>`` (those of its ``get_detection_dataset_dicts`` calls)."""
+    names: List[str] = []
+    for call in _calls(cfg.dataloader.get(split), get_detection_dataset_dicts):
+        value = call.get("names")
+        names += [value] if isinstance(value, str) else list(value)
+    return names
+
+
+def lazy_num_classes(cfg: DictConfig) -> Tuple[str, int]:
+    """The config key of the model's number of classes (:data:`NUM_CLASSES_KEYS`) and its value."""
+    for key in NUM_CLASSES_KEYS:
+        value = OmegaConf.select(cfg, key)
+        if isinstance(value, int):
+            return key, value
+    raise ValueError(f"the LazyConfig model has no number of classes at any of {NUM_CLASSES_KEYS}")
+
+
+def prepare_lazy_datasets(cfg: DictConfig, args: argparse.Namespace) -> None:
+    """As train_net.py's ``prepare_datasets``: registers the ``--dataset`` datasets and, when the config uses it,
+    the synthetic dataset, and checks the classes of the datasets of ``dataloader.train`` and ``dataloader.test``
+    against the model's; run before the workers start and in each worker."""
+    train, test = lazy_dataset_names(cfg, "train"), lazy_dataset_names(cfg, "test")
+    register_user_datasets(getattr(args, "dataset", None) or [], evaluated=test)
+    if set(train + test) & set(SHAPES_DATASETS):
+        register_shapes_datasets()
+    key, expected = lazy_num_classes(cfg)
+    check_classes({"dataloader.train": train, "dataloader.test": test}, key, expected, assign="=")
+
+
+def check_lazy_eval_only_weights(cfg: DictConfig, args: argparse.Namespace) -> None:
+    """``--eval-only`` needs train.init_checkpoint, or ``--resume`` with a checkpoint in train.output_dir."""
+    if not args.eval_only or cfg.train.init_checkpoint:
+        return
+    if args.resume and os.path.isfile(os.path.join(cfg.train.output_dir, LAST_CHECKPOINT)):
+        return
+    raise ValueError(
+        "--eval-only needs trained weights but train.init_checkpoint is empty"
+        + ("" if args.resume else " (and --resume is not given)")
+        + f" and {cfg.train.output_dir} has no {LAST_CHECKPOINT}: add train.init_checkpoint=path/to/model_final.pth"
+    )
+
+
+def build_lazy_train_loader(cfg: DictConfig) -> Tuple[Any, int]:
+    """The training loader and its number of images. detectron2's ``build_detection_train_loader`` without a
+    sampler (the loader of its configs) becomes :func:`build_resumable_train_loader` of the same dataset, mapper,
+    batch size, grouping and workers, whose stream a resumed run continues; any other loader is built as it is,
+    with a warning that a resumed run restarts its stream. The mapper is wrapped by :class:`ImageErrorGuard`."""
+    loader = cfg.dataloader.train
+    if loader.get("_target_") is not build_detection_train_loader or loader.get("sampler") is not None:
+        logger.warning("dataloader.train is not detectron2's build_detection_train_loader without a sampler: a resumed "
+                       "run restarts its sample stream (exact resume needs the resumable loader)")  # fmt: skip
+        return instantiate(loader), 0
+    dataset = instantiate(loader.dataset)
+    mapper = ImageErrorGuard(instantiate(loader.mapper), skip=train_option(cfg, "skip_unreadable_images"))
+    seed = train_option(cfg, "seed")
+    seed = seed if seed >= 0 else comm.shared_random_seed()
+    train_loader = build_resumable_train_loader(
+        dataset,
+        mapper,
+        loader.total_batch_size,
+        seed,
+        loader.get("aspect_ratio_grouping", True),
+        loader.get("num_workers", 0),
+    )
+    return train_loader, len(dataset)
+
+
+def lazy_test(cfg: DictConfig, model: nn.Module) -> Dict[str, Any]:
+    """``dataloader.evaluator`` on ``dataloader.test`` (nothing without an evaluator, or with
+    ``dataloader.evaluator=None``), after the class checks."""
+    if cfg.dataloader.get("evaluator") is None:
+        return {}
+    key, expected = lazy_num_classes(cfg)
+    check_classes({"dataloader.test": lazy_dataset_names(cfg, "test")}, key, expected, assign="=")
+    results = inference_on_dataset(model, instantiate(cfg.dataloader.test), instantiate(cfg.dataloader.evaluator))
+    if comm.is_main_process():
+        print_csv_format(results)
+    return results
+
+
+def _ddp(model: nn.Module, cfg: DictConfig) -> nn.Module:
+    """detectron2's ``create_ddp_model`` with ``train.ddp``; a CPU model gets no ``device_ids`` (gloo workers)."""
+    kwargs = dict(cfg.train.ddp)
+    if torch.device(cfg.train.device).type == "cpu":
+        kwargs["device_ids"] = None
+    return create_ddp_model(model, **kwargs)
+
+
+def _self_balance_period(cfg: DictConfig, num_images: int) -> int:
+    period = train_option(cfg, "self_balance_period")
+    if period:
+        return period
+    if not num_images:
+        raise ValueError("train.self_balance_period 0 (one epoch) needs the resumable loader: set it in iterations")
+    return max(1, math.ceil(num_images / cfg.dataloader.train.total_batch_size))
+
+
+def build_lazy_trainer(cfg: DictConfig) -> Tuple[SimpleTrainer, AlrpCheckpointer]:
+    """The trainer of a LazyConfig with its hooks, as detectron2's ``lazyconfig_train_net.py`` builds it, plus the
+    project's: :class:`DataPositionHook` first (with the resumable loader), :class:`SelfBalanceHook` before the
+    checkpointer when a head has a ranking loss, an :class:`AlrpCheckpointer` and :func:`alrp_writers`."""
+    model = instantiate(cfg.model)
+    logger.info("Model:\n%s", model)
+    model.to(cfg.train.device)
+    cfg.optimizer.params.model = model
+    optimizer = instantiate(cfg.optimizer)
+    train_loader, num_images = build_lazy_train_loader(cfg)
+    losses = find_ranking_losses(model)
+    ddp_model = _ddp(model, cfg)
+    trainer = (AMPTrainer if cfg.train.amp.enabled else SimpleTrainer)(ddp_model, train_loader, optimizer)
+    checkpointer = AlrpCheckpointer(
+        ddp_model,
+        cfg.train.output_dir,
+        allow_partial=train_option(cfg, "allow_partial_weights"),
+        initialisation=True,
+        trainer=trainer,
+    )
+    hook_list: List[Optional[hooks.HookBase]] = [
+        hooks.IterationTimer(),
+        hooks.LRScheduler(scheduler=instantiate(cfg.lr_multiplier)),
+    ]
+    sampler = getattr(train_loader, "batch_sampler", None)
+    if isinstance(sampler, ResumableBatchSampler):
+        hook_list.insert(0, DataPositionHook(sampler))
+    if losses:
+        self_balanced = any(loss.self_balanced for loss in losses.values())
+        hook_list.append(SelfBalanceHook(_self_balance_period(cfg, num_images) if self_balanced else None))
+    main = comm.is_main_process()
+    hook_list += [
+        hooks.PeriodicCheckpointer(checkpointer, **cfg.train.checkpointer) if main else None,
+        hooks.EvalHook(cfg.train.eval_period, lambda: lazy_test(cfg, ddp_model)),
+        hooks.PeriodicWriter(
+            alrp_writers(cfg.train.output_dir, cfg.train.max_iter, cfg.train.log_period), period=cfg.train.log_period
+        )
+        if main
+        else None,
+    ]
+    trainer.register_hooks(hook_list)
+    return trainer, checkpointer
+
+
+def run_lazy_config(args: argparse.Namespace, cfg: DictConfig) -> Dict[str, Any]:
+    """Trains (``--resume``: continues the run of train.output_dir exactly) or, with ``--eval-only``, evaluates the
+    weights of train.init_checkpoint (or with ``--resume`` the last checkpoint of train.output_dir)."""
+    prepare_lazy_datasets(cfg, args)
+    check_lazy_eval_only_weights(cfg, args)
+    if args.eval_only:
+        model = instantiate(cfg.model)
+        model.to(cfg.train.device)
+        AlrpCheckpointer(
+            model, cfg.train.output_dir, allow_partial=train_option(cfg, "allow_partial_weights")
+        ).resume_or_load(cfg.train.init_checkpoint, resume=args.resume)
+        return lazy_test(cfg, _ddp(model, cfg))
+    trainer, checkpointer = build_lazy_trainer(cfg)
+    checkpointer.resume_or_load(cfg.train.init_checkpoint, resume=args.resume)
+    start_iter = trainer.iter + 1 if args.resume and checkpointer.has_checkpoint() else 0
+    trainer.train(start_iter, cfg.train.max_iter)
+    return {}
+
+
+def lazy_main(args: argparse.Namespace) -> Dict[str, Any]:
+    """train_net.py's ``main`` for a LazyConfig, in every worker: the config with the ``key=value`` overrides of
+    ``args.opts``, detectron2's ``default_setup`` (logs, config.yaml, seeds) and :func:`run_lazy_config`."""
+    cfg = load_lazy_config(args.config_file, args.opts)
+    default_setup(cfg, args)
+    return run_lazy_config(args, cfg)
+
+
+def check_lazy_launch(args: argparse.Namespace) -> None:
+    """The checks train_net.py runs before it starts the workers: the config loads, its datasets register and
+    have the model's classes, and ``--eval-only`` has weights."""
+    cfg = load_lazy_config(args.config_file, args.opts)
+    prepare_lazy_datasets(cfg, args)
+    check_lazy_eval_only_weights(cfg, args)

@@ -1,0 +1,33 @@
+"""Runs of train_net.py for the LazyConfig tests: one intra-op thread (bit-for-bit results), and their metrics."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, List
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TIMING_KEYS = ("time", "data_time", "eta_seconds", "rank_data_time")
+
+
+def environment() -> Dict[str, str]:
+    return dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONPATH=str(REPO_ROOT))
+
+
+def run_train_net(arguments: List[str]) -> None:
+    """``python train_net.py ARGUMENTS`` in the repository root; the run must succeed."""
+    command = [sys.executable, str(REPO_ROOT / "train_net.py"), *arguments]
+    result = subprocess.run(command, env=environment(), cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+def logged(output_dir: Path) -> Dict[int, Dict[str, float]]:
+    """The last metrics.json record of every iteration, without the timing keys."""
+    records: Dict[int, Dict[str, float]] = {}
+    for line in (output_dir / "metrics.json").read_text().splitlines():
+        record = json.loads(line)
+        records[record.pop("iteration")] = {k: v for k, v in record.items() if k not in TIMING_KEYS}
+    return records

@@ -1,0 +1,77 @@
+"""The LazyConfig quickstart through train_net.py: it trains, evaluates with LRP (metrics and threshold file) and a
+run resumed from a checkpoint logs the iterations and ends with the weights of the uninterrupted run, bit for bit
+(one intra-op thread)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Dict, List
+
+import pytest
+import torch
+
+from alrp_d2.data.shapes import prepare_shapes_dataset, shapes_paths
+
+from .lazy_runs import REPO_ROOT, logged, run_train_net
+
+QUICKSTART = str(REPO_ROOT / "configs" / "quickstart" / "alrp_retinanet_shapes.py")
+MAX_ITER, CHECKPOINT_PERIOD = 6, 3
+
+
+@pytest.fixture(scope="module")
+def datasets(tmp_path_factory) -> List[str]:
+    root = str(tmp_path_factory.mktemp("datasets"))
+    prepare_shapes_dataset(root, num_images={"train": 8, "val": 2})
+    return [
+        "--dataset",
+        "lazy_train",
+        *shapes_paths(root, "train"),
+        "--dataset",
+        "lazy_val",
+        *shapes_paths(root, "val"),
+    ]
+
+
+def overrides(output_dir: Path) -> List[str]:
+    """The quickstart at tiny scale: 6 iterations of 2 images, a checkpoint every 3, self-balance every 2."""
+    return [
+        f"train.output_dir={output_dir}",
+        f"train.max_iter={MAX_ITER}",
+        f"train.checkpointer.period={CHECKPOINT_PERIOD}",
+        "train.log_period=1",
+        "train.self_balance_period=2",
+        "train.seed=5",
+        "dataloader.train.total_batch_size=2",
+        "dataloader.train.dataset.names=lazy_train",
+        "dataloader.test.dataset.names=lazy_val",
+    ]
+
+
+def final_weights(output_dir: Path) -> Dict[str, torch.Tensor]:
+    return torch.load(output_dir / "model_final.pth", map_location="cpu", weights_only=True)["model"]
+
+
+def test_lazyconfig_quickstart_trains_evaluates_with_lrp_and_resumes_exactly(datasets, tmp_path):
+    uninterrupted, resumed = tmp_path / "uninterrupted", tmp_path / "resumed"
+    run_train_net(["--config-file", QUICKSTART, *datasets, *overrides(uninterrupted)])
+    resumed.mkdir()
+    checkpoint = f"model_{CHECKPOINT_PERIOD - 1:07d}.pth"
+    shutil.copy(uninterrupted / checkpoint, resumed / checkpoint)
+    (resumed / "last_checkpoint").write_text(checkpoint)
+    run_train_net(["--config-file", QUICKSTART, *datasets, "--resume", *overrides(resumed)])
+
+    expected, got = logged(uninterrupted), logged(resumed)
+    assert sorted(expected) == list(range(MAX_ITER + 1))  # the evaluation is logged as iteration MAX_ITER
+    assert sorted(got) == list(range(CHECKPOINT_PERIOD, MAX_ITER + 1))
+    assert len({expected[i]["sb/retinanet/weight"] for i in range(MAX_ITER)}) > 2  # self-balanced
+    for iteration in got:
+        assert got[iteration] == expected[iteration], f"iteration {iteration}"
+    assert {"bbox/AP", "bbox/oLRP", "bbox/oLRP_loc"} <= set(expected[MAX_ITER])
+    thresholds = json.loads((uninterrupted / "inference" / "lrp_optimal_thresholds.json").read_text())
+    assert sorted(entry["name"] for entry in thresholds.values()) == ["circle", "cross", "ring", "square", "triangle"]
+    weights, resumed_weights = final_weights(uninterrupted), final_weights(resumed)
+    assert weights.keys() == resumed_weights.keys()
+    for name, value in weights.items():
+        assert torch.equal(value, resumed_weights[name]), name
