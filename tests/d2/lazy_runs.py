@@ -17,11 +17,12 @@ def environment() -> Dict[str, str]:
     return dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONPATH=str(REPO_ROOT))
 
 
-def run_train_net(arguments: List[str]) -> None:
-    """``python train_net.py ARGUMENTS`` in the repository root; the run must succeed."""
+def run_train_net(arguments: List[str]) -> str:
+    """``python train_net.py ARGUMENTS`` in the repository root; the run must succeed. Returns its output."""
     command = [sys.executable, str(REPO_ROOT / "train_net.py"), *arguments]
     result = subprocess.run(command, env=environment(), cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout + result.stderr
 
 
 def logged(output_dir: Path) -> Dict[int, Dict[str, float]]:

@@ -1,11 +1,13 @@
-"""The LazyConfig quickstart through train_net.py: it trains, evaluates with LRP (metrics and threshold file) and a
-run resumed from a checkpoint logs the iterations and ends with the weights of the uninterrupted run, bit for bit
-(one intra-op thread)."""
+"""The LazyConfig quickstart through train_net.py: it trains, evaluates with LRP (metrics and threshold file), a run
+resumed from a checkpoint logs the iterations and ends with the weights of the uninterrupted run, bit for bit (one
+intra-op thread), and --eval-only evaluates the last checkpoint (with --resume) or refuses to run without weights."""
 
 from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Dict, List
 
@@ -14,7 +16,7 @@ import torch
 
 from alrp_d2.data.shapes import prepare_shapes_dataset, shapes_paths
 
-from .lazy_runs import REPO_ROOT, logged, run_train_net
+from .lazy_runs import REPO_ROOT, environment, logged, run_train_net
 
 QUICKSTART = str(REPO_ROOT / "configs" / "quickstart" / "alrp_retinanet_shapes.py")
 MAX_ITER, CHECKPOINT_PERIOD = 6, 3
@@ -75,3 +77,16 @@ def test_lazyconfig_quickstart_trains_evaluates_with_lrp_and_resumes_exactly(dat
     assert weights.keys() == resumed_weights.keys()
     for name, value in weights.items():
         assert torch.equal(value, resumed_weights[name]), name
+
+    log = run_train_net(["--config-file", QUICKSTART, *datasets, "--eval-only", "--resume", *overrides(resumed)])
+    olrp = f"{expected[MAX_ITER]['bbox/oLRP']:.4f}"
+    assert "copypaste: AP,AP50" in log and olrp in log  # the uninterrupted run's final evaluation
+
+
+def test_lazyconfig_eval_only_without_weights_is_an_error(datasets, tmp_path):
+    command = [sys.executable, str(REPO_ROOT / "train_net.py"), "--config-file", QUICKSTART, *datasets, "--eval-only"]
+    result = subprocess.run(
+        command + overrides(tmp_path), env=environment(), cwd=REPO_ROOT, capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode != 0
+    assert "--eval-only needs trained weights but train.init_checkpoint is empty" in result.stderr
