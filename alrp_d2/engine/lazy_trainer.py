@@ -12,6 +12,7 @@ head (``ranking="global"``) and its criterion are arguments of the heads' ``Head
 from __future__ import annotations
 
 import argparse
+import copy
 import logging
 import math
 import os
@@ -23,15 +24,18 @@ from detectron2.data import build_detection_train_loader, get_detection_dataset_
 from detectron2.engine import AMPTrainer, SimpleTrainer, create_ddp_model, default_setup, hooks
 from detectron2.evaluation import inference_on_dataset, print_csv_format
 from detectron2.utils import comm
+from detectron2.utils.registry import locate
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 
-from ..checkpoint import LAST_CHECKPOINT, AlrpCheckpointer
+from ..checkpoint import LAST_CHECKPOINT, AlrpCheckpointer, weights_fingerprint
 from ..data import SHAPES_DATASETS, register_shapes_datasets
 from ..data.dataset_classes import check_classes
 from ..data.image_errors import ImageErrorGuard
 from ..data.samplers import ResumableBatchSampler, build_resumable_train_loader
 from ..data.user_datasets import register_user_datasets
+from ..evaluation import COCOLRPEvaluator
 from .self_balance import SelfBalanceHook, find_ranking_losses
 from .trainer import DataPositionHook
 from .writers import alrp_writers
@@ -173,6 +177,19 @@ def build_lazy_train_loader(cfg: DictConfig) -> Tuple[Any, int]:
     return train_loader, len(dataset)
 
 
+def build_lazy_evaluator(cfg: DictConfig, model: nn.Module) -> Any:
+    """``dataloader.evaluator``; a :class:`COCOLRPEvaluator` records the evaluated model (its class and
+    :func:`weights_fingerprint`) in its threshold files, as the YAML path's."""
+    evaluator = copy.deepcopy(cfg.dataloader.evaluator)
+    target = evaluator.get("_target_")
+    if isinstance(target, str):
+        target = locate(target)
+    if isinstance(target, type) and issubclass(target, COCOLRPEvaluator):
+        module = model.module if isinstance(model, DistributedDataParallel) else model
+        evaluator.model_record = {"architecture": type(module).__name__, "weights_sha256": weights_fingerprint(model)}
+    return instantiate(evaluator)
+
+
 def lazy_test(cfg: DictConfig, model: nn.Module) -> Dict[str, Any]:
     """``dataloader.evaluator`` on ``dataloader.test`` (nothing without an evaluator, or with
     ``dataloader.evaluator=None``), after the class checks."""
@@ -180,7 +197,7 @@ def lazy_test(cfg: DictConfig, model: nn.Module) -> Dict[str, Any]:
         return {}
     key, expected = lazy_num_classes(cfg)
     check_classes({"dataloader.test": lazy_dataset_names(cfg, "test")}, key, expected, assign="=")
-    results = inference_on_dataset(model, instantiate(cfg.dataloader.test), instantiate(cfg.dataloader.evaluator))
+    results = inference_on_dataset(model, instantiate(cfg.dataloader.test), build_lazy_evaluator(cfg, model))
     if comm.is_main_process():
         print_csv_format(results)
     return results

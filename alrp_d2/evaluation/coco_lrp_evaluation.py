@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import detectron2.utils.comm as comm
 import numpy as np
@@ -98,9 +98,10 @@ class COCOLRPEvaluator(COCOEvaluator):
     the Python COCOeval and reassigned on COCOeval's IoU matrices with detectron2's
     ``COCOeval_opt``, whose matches are not readable from Python."""
 
-    def __init__(self, dataset_name: str, *args: Any, model_record: Optional[Dict[str, str]] = None, **kwargs: Any):
+    def __init__(self, dataset_name: str, *args: Any, model_record: Optional[Mapping[str, str]] = None, **kwargs: Any):
         super().__init__(dataset_name, *args, **kwargs)
-        self._model_record = model_record
+        # A plain dict also when a LazyConfig passes its node (an omegaconf DictConfig).
+        self._model_record = None if model_record is None else {str(k): str(v) for k, v in model_record.items()}
 
     def _derive_coco_results(self, coco_eval, iou_type, class_names=None):
         results = super()._derive_coco_results(coco_eval, iou_type, class_names=class_names)

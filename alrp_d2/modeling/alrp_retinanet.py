@@ -59,8 +59,8 @@ class AlrpRetinaNet(DenseRankingDetector, KeepEmptyDetections, OfficialOrderInfe
         ret = super().from_config(cfg)
         alrp = cfg.MODEL.ALRP
         require_config(alrp.MATCHER in MATCHERS, "MODEL.ALRP.MATCHER", alrp.MATCHER, f"must be one of {MATCHERS}")
+        require_integer("MODEL.ALRP.ATSS_TOPK", alrp.ATSS_TOPK, 1)
         if alrp.MATCHER == "atss":
-            require_integer("MODEL.ALRP.ATSS_TOPK", alrp.ATSS_TOPK, 1)
             ret["anchor_matcher"] = AtssMatcher(alrp.ATSS_TOPK)
         else:
             retinanet = cfg.MODEL.RETINANET

@@ -21,3 +21,15 @@ if importlib.util.find_spec("detectron2") is None:
 
     def pytest_pycollect_makemodule(module_path: Path, parent: pytest.Collector) -> pytest.File:
         return _SkippedModule.from_parent(parent, path=module_path)
+else:
+    import logging
+
+    @pytest.fixture(autouse=True)
+    def project_logs_reach_pytest():
+        """Records of the "alrp_d2" loggers reach pytest's ``caplog`` in every test: detectron2's ``setup_logger``,
+        which train_net.py and demo.py run in-process, stops that logger from propagating to the root logger."""
+        project_logger = logging.getLogger("alrp_d2")
+        propagate = project_logger.propagate
+        project_logger.propagate = True
+        yield
+        project_logger.propagate = propagate

@@ -4,7 +4,6 @@ intra-op thread), and --eval-only evaluates the last checkpoint (with --resume) 
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import sys
@@ -15,6 +14,7 @@ import pytest
 import torch
 
 from alrp_d2.data.shapes import prepare_shapes_dataset, shapes_paths
+from alrp_d2.evaluation.lrp_threshold_predictor import read_lrp_threshold_file
 
 from .lazy_runs import REPO_ROOT, environment, logged, run_train_net
 
@@ -71,8 +71,10 @@ def test_lazyconfig_quickstart_trains_evaluates_with_lrp_and_resumes_exactly(dat
     for iteration in got:
         assert got[iteration] == expected[iteration], f"iteration {iteration}"
     assert {"bbox/AP", "bbox/oLRP", "bbox/oLRP_loc"} <= set(expected[MAX_ITER])
-    thresholds = json.loads((uninterrupted / "inference" / "lrp_optimal_thresholds.json").read_text())
-    assert sorted(entry["name"] for entry in thresholds.values()) == ["circle", "cross", "ring", "square", "triangle"]
+    thresholds = read_lrp_threshold_file(str(uninterrupted / "inference" / "lrp_optimal_thresholds.json"))
+    names = sorted(entry["name"] for entry in thresholds.entries.values())
+    assert names == ["circle", "cross", "ring", "square", "triangle"] and thresholds.task == "bbox"
+    assert thresholds.model is not None and thresholds.model["architecture"] == "AlrpRetinaNet"
     weights, resumed_weights = final_weights(uninterrupted), final_weights(resumed)
     assert weights.keys() == resumed_weights.keys()
     for name, value in weights.items():

@@ -101,6 +101,7 @@ def test_eval_only_ignores_the_train_set_of_the_config(tmp_path):
     quickstart = str(REPO / "configs/quickstart/alrp_retinanet_shapes.yaml")
     options = ["MODEL.RETINANET.NUM_CLASSES", "3", "MODEL.RETINANET.NUM_CONVS", "1", "MODEL.FPN.OUT_CHANNELS", "16"]
     options += ["MODEL.RETINANET.NORM", "", "MODEL.RESNETS.NORM", "BN", "DATASETS.TEST", f'("{test}",)']
+    options += ["DATALOADER.NUM_WORKERS", "1"]
     options += ["MODEL.WEIGHTS", weights(tmp_path, train), "OUTPUT_DIR", str(tmp_path / "evaluation")]
     args = train_net.get_parser().parse_args(["--config-file", quickstart, "--eval-only", *options])
     train_net.prepare_datasets(setup_from(args), args)
@@ -153,6 +154,7 @@ def test_evaluation_writes_the_model_into_the_threshold_file(tmp_path):
     train = register(tmp_path, CATEGORIES)
     cfg = predictor_cfg(weights(tmp_path, train), train)
     cfg.OUTPUT_DIR = str(tmp_path / "evaluation")
+    cfg.DATALOADER.NUM_WORKERS = 1
     cfg.MODEL.RETINANET.SCORE_THRESH_TEST = 0.0
     predictor = AlrpPredictor(cfg)
     AlrpTrainer.test(cfg, predictor.model)
@@ -165,14 +167,15 @@ def test_evaluation_writes_the_model_into_the_threshold_file(tmp_path):
     assert len(LRPThresholdPredictor(cfg, path).class_thresholds) == 3
 
 
-def test_demo_refuses_weights_of_other_classes_showing_both_lists(tmp_path, capsys):
+def test_demo_refuses_weights_of_other_classes_showing_both_lists(tmp_path, caplog, capsys):
     train, test = register(tmp_path, CATEGORIES), register(tmp_path, PERMUTED)
     cfg = predictor_cfg(weights(tmp_path, train), test)
     config = tmp_path / "config.yaml"
     config.write_text(cfg.dump())
     arguments = ["--config-file", str(config), "--input", str(tmp_path / "1.png"), "--output", str(tmp_path / "out")]
     assert demo_module.main(arguments) == 2
-    assert f"{test}: [(1, 'square'), (2, 'circle'), (3, 'cross')]" in capsys.readouterr().out
+    # demo.main's first call of detectron2's setup_logger logs to stdout; later calls leave the logs to propagate.
+    assert f"{test}: [(1, 'square'), (2, 'circle'), (3, 'cross')]" in caplog.text + capsys.readouterr().out
     assert not (tmp_path / "out").exists()
 
 

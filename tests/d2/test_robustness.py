@@ -200,9 +200,11 @@ def test_training_loader_skips_or_stops_on_unreadable_images(images, tmp_path):
 
 
 def test_command_line_value_names_the_key_and_the_rule():
-    with pytest.raises(ValueError, match=r"MODEL\.ALRP\.DELTA=0\.0: must be > 0"):
-        setup_cfg(None, ["MODEL.ALRP.DELTA", "0"])
+    """An integer for a float key is taken as a float; the criterion's rule names the key when the model is built."""
     assert setup_cfg(None, ["MODEL.ALRP.DELTA", "2"]).MODEL.ALRP.DELTA == 2.0
+    delta = setup_cfg(None, ["MODEL.ALRP.DELTA", "0"]).MODEL.ALRP.DELTA
+    with pytest.raises(ValueError, match=r"MODEL\.ALRP\.DELTA=0\.0: must be > 0"):
+        build_model(tiny_retinanet_cfg(DELTA=delta))
 
 
 # ---- demo.py -----------------------------------------------------------------------------------
