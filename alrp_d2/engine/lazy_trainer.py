@@ -20,6 +20,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 from detectron2.config import LazyConfig, instantiate
+from detectron2.config.instantiate import _convert_target_to_string
 from detectron2.data import build_detection_train_loader, get_detection_dataset_dicts
 from detectron2.engine import AMPTrainer, SimpleTrainer, create_ddp_model, default_setup, hooks
 from detectron2.evaluation import inference_on_dataset, print_csv_format
@@ -97,22 +98,23 @@ def load_lazy_config(path: str, overrides: Sequence[str] = ()) -> DictConfig:
     return cfg
 
 
-def _calls(node: Any, target: Any) -> Iterator[DictConfig]:
-    """Every LazyCall of ``target`` in a config subtree."""
+def lazy_calls(node: Any, target: Any) -> Iterator[DictConfig]:
+    """Every LazyCall of ``target`` in a config subtree (its ``_target_`` the object, or its dotted name as a
+    saved config holds it)."""
     if isinstance(node, DictConfig):
-        if node.get("_target_") is target:
+        if node.get("_target_") is target or node.get("_target_") == _convert_target_to_string(target):
             yield node
         for value in node.values():
-            yield from _calls(value, target)
+            yield from lazy_calls(value, target)
     elif isinstance(node, ListConfig):
         for value in node:
-            yield from _calls(value, target)
+            yield from lazy_calls(value, target)
 
 
 def lazy_dataset_names(cfg: DictConfig, split: str) -> List[str]:
     """The dataset names of ``dataloader.<split>`` (those of its ``get_detection_dataset_dicts`` calls)."""
     names: List[str] = []
-    for call in _calls(cfg.dataloader.get(split), get_detection_dataset_dicts):
+    for call in lazy_calls(cfg.dataloader.get(split), get_detection_dataset_dicts):
         value = call.get("names")
         names += [value] if isinstance(value, str) else list(value)
     return names

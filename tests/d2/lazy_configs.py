@@ -4,12 +4,13 @@ kept), a 32-channel FPN and heads, 64-wide box-head layers, 3 classes, random in
 from __future__ import annotations
 
 import os
-from typing import Any, Iterator
+from typing import Any
 
 from detectron2.config import LazyConfig
-from detectron2.config.instantiate import _convert_target_to_string
 from detectron2.modeling.backbone import ResNet
 from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from alrp_d2.engine.lazy_trainer import lazy_calls
 
 from .tiny_configs import CONFIG_DIR, load_config
 
@@ -55,23 +56,11 @@ def load_lazy(name: str) -> DictConfig:
     return LazyConfig.load(os.path.join(CONFIG_DIR, name))
 
 
-def calls(node: Any, target: Any) -> Iterator[DictConfig]:
-    """Every LazyCall of ``target`` in a config subtree."""
-    if isinstance(node, DictConfig):
-        if node.get("_target_") is target or node.get("_target_") == _convert_target_to_string(target):
-            yield node
-        for value in node.values():
-            yield from calls(value, target)
-    elif isinstance(node, ListConfig):
-        for value in node:
-            yield from calls(value, target)
-
-
 def tiny_lazy(cfg: DictConfig) -> DictConfig:
     """``cfg`` with a ResNet-18 and 3 classes (in place; returned)."""
     if cfg.model.backbone.get("out_channels") == 256:
         _shrink_widths(cfg.model)
-    for resnet in calls(cfg.model, ResNet):
+    for resnet in lazy_calls(cfg.model, ResNet):
         resnet.stages.depth = 18
         resnet.stages.pop("stride_in_1x1", None)
     top_block = cfg.model.backbone.get("top_block")  # P6 from C5: ResNet-18's 512 channels

@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Dict, List
 
+from alrp_d2.data.shapes import prepare_shapes_dataset, shapes_paths
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TIMING_KEYS = ("time", "data_time", "eta_seconds", "rank_data_time")
 
@@ -32,3 +34,13 @@ def logged(output_dir: Path) -> Dict[int, Dict[str, float]]:
         record = json.loads(line)
         records[record.pop("iteration")] = {k: v for k, v in record.items() if k not in TIMING_KEYS}
     return records
+
+
+def shapes_dataset_arguments(root: str, prefix: str, num_val: int) -> List[str]:
+    """``--dataset`` arguments of a small shapes set generated in ``root`` (8 training images, ``num_val``
+    validation ones), registered as ``<prefix>_train`` and ``<prefix>_val``."""
+    prepare_shapes_dataset(root, num_images={"train": 8, "val": num_val})
+    return [
+        *("--dataset", f"{prefix}_train", *shapes_paths(root, "train")),
+        *("--dataset", f"{prefix}_val", *shapes_paths(root, "val")),
+    ]

@@ -13,10 +13,9 @@ from typing import Dict, List
 import pytest
 import torch
 
-from alrp_d2.data.shapes import prepare_shapes_dataset, shapes_paths
 from alrp_d2.evaluation.lrp_threshold_predictor import read_lrp_threshold_file
 
-from .lazy_runs import REPO_ROOT, environment, logged, run_train_net
+from .lazy_runs import REPO_ROOT, environment, logged, run_train_net, shapes_dataset_arguments
 
 QUICKSTART = str(REPO_ROOT / "configs" / "quickstart" / "alrp_retinanet_shapes.py")
 MAX_ITER, CHECKPOINT_PERIOD = 6, 3
@@ -24,16 +23,7 @@ MAX_ITER, CHECKPOINT_PERIOD = 6, 3
 
 @pytest.fixture(scope="module")
 def datasets(tmp_path_factory) -> List[str]:
-    root = str(tmp_path_factory.mktemp("datasets"))
-    prepare_shapes_dataset(root, num_images={"train": 8, "val": 2})
-    return [
-        "--dataset",
-        "lazy_train",
-        *shapes_paths(root, "train"),
-        "--dataset",
-        "lazy_val",
-        *shapes_paths(root, "val"),
-    ]
+    return shapes_dataset_arguments(str(tmp_path_factory.mktemp("datasets")), "lazy", num_val=2)
 
 
 def overrides(output_dir: Path) -> List[str]:

@@ -21,10 +21,10 @@ from torch import nn
 
 from alrp_d2.data import build_alrp_mapper
 from alrp_d2.data.training_filter import mmdet_training_filter
-from alrp_d2.engine.lazy_trainer import lazy_dataset_names
+from alrp_d2.engine.lazy_trainer import lazy_calls, lazy_dataset_names
 from alrp_d2.evaluation import COCOLRPEvaluator
 
-from .lazy_configs import TWINS, calls, load_lazy, tiny_lazy, tiny_yacs
+from .lazy_configs import TWINS, load_lazy, tiny_lazy, tiny_yacs
 from .tiny_configs import load_config, tiny_batch, with_masks
 
 PRIMITIVES = (bool, int, float, str, type(None))
@@ -159,8 +159,8 @@ def test_lazyconfig_has_the_recipe_of_its_yaml_twin(lazy_name, yacs_name):
 
     assert lazy_dataset_names(lazy, "train") == list(cfg.DATASETS.TRAIN)
     assert lazy_dataset_names(lazy, "test") == list(cfg.DATASETS.TEST)
-    mmdet_filtered = list(calls(lazy.dataloader.train.dataset, mmdet_training_filter))
+    mmdet_filtered = list(lazy_calls(lazy.dataloader.train.dataset, mmdet_training_filter))
     assert bool(mmdet_filtered) == (cfg.DATALOADER.TRAIN_FILTER == "mmdet")
-    (dataset,) = calls(lazy.dataloader.train.dataset, get_detection_dataset_dicts)
+    (dataset,) = lazy_calls(lazy.dataloader.train.dataset, get_detection_dataset_dicts)
     assert dataset.get("filter_empty", True) == (cfg.DATALOADER.FILTER_EMPTY_ANNOTATIONS and not mmdet_filtered)
     assert lazy.dataloader.evaluator._target_ is COCOLRPEvaluator

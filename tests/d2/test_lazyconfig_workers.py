@@ -12,9 +12,7 @@ from typing import List
 
 import pytest
 
-from alrp_d2.data.shapes import prepare_shapes_dataset, shapes_paths
-
-from .lazy_runs import REPO_ROOT, environment, logged, run_train_net
+from .lazy_runs import REPO_ROOT, environment, logged, run_train_net, shapes_dataset_arguments
 
 QUICKSTART = str(REPO_ROOT / "configs" / "quickstart" / "alrp_retinanet_shapes.py")
 COMPARED = ("loss_retinanet_cls", "loss_retinanet_loc", "sb/retinanet/cls", "sb/retinanet/loc", "lr")
@@ -22,16 +20,7 @@ COMPARED = ("loss_retinanet_cls", "loss_retinanet_loc", "sb/retinanet/cls", "sb/
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory) -> List[str]:
-    root = str(tmp_path_factory.mktemp("datasets"))
-    prepare_shapes_dataset(root, num_images={"train": 8, "val": 1})
-    return [
-        "--dataset",
-        "workers_train",
-        *shapes_paths(root, "train"),
-        "--dataset",
-        "workers_val",
-        *shapes_paths(root, "val"),
-    ]
+    return shapes_dataset_arguments(str(tmp_path_factory.mktemp("datasets")), "workers", num_val=1)
 
 
 def overrides(output_dir: Path) -> List[str]:

@@ -5,7 +5,6 @@ RS Mask R-CNN (Rank & Sort Loss's weights of every step, the mask head's random 
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -22,12 +21,12 @@ from detectron2.data.samplers import TrainingSampler
 from alrp_d2.data.samplers import ResumableBatchSampler
 from alrp_d2.data.shapes import prepare_shapes_dataset, shapes_paths
 
+from .lazy_runs import logged
 from .tiny_configs import tiny_rank_sort_cfg, tiny_retinanet_cfg
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MAX_ITER, CHECKPOINT_PERIOD = 12, 4
 FIRST_CHECKPOINT = f"model_{CHECKPOINT_PERIOD - 1:07d}.pth"
-TIMING_KEYS = ("time", "data_time", "eta_seconds", "rank_data_time")
 
 
 @pytest.fixture(scope="module")
@@ -96,15 +95,6 @@ def run_and_kill_after_first_checkpoint(command: List[str], output_dir: Path) ->
     process.wait()
     process.stderr.close()
     assert not (output_dir / "model_final.pth").exists(), "the run ended before it was killed"
-
-
-def logged(output_dir: Path) -> Dict[int, Dict[str, float]]:
-    """The last metrics.json record of every iteration, without the timing keys."""
-    records: Dict[int, Dict[str, float]] = {}
-    for line in (output_dir / "metrics.json").read_text().splitlines():
-        record = json.loads(line)
-        records[record.pop("iteration")] = {k: v for k, v in record.items() if k not in TIMING_KEYS}
-    return records
 
 
 # The step's value of the localisation weight that varies along the run: self-balanced, or RS Loss's.
