@@ -80,6 +80,8 @@ class BandEdges:
 
     @staticmethod
     def of(sorted_scores: Tensor, delta: float) -> BandEdges:
+        """The edges of the (P,) ascending float64 scores: sorted, tied edges merged into one (a gap between
+        them holds nothing), each distinct edge counting the upper and lower edges it stands for."""
         num = len(sorted_scores)
         raw, order = torch.sort(torch.cat([sorted_scores + delta, sorted_scores - delta]))
         is_upper = order < num
