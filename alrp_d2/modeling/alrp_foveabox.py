@@ -55,21 +55,18 @@ class AlrpFoveaBox(DenseRankingDetector, FoveaBox):
             kwargs: :class:`DenseRankingDetector` and :class:`FoveaBox` arguments.
         """
         super().__init__(**kwargs)
-        if loc_target not in FOVEABOX_LOC_TARGETS:
-            raise ValueError(f"loc_target must be one of {FOVEABOX_LOC_TARGETS}, got {loc_target!r}")
+        require_config(
+            loc_target in FOVEABOX_LOC_TARGETS,
+            "MODEL.FOVEABOX.ALRP_LOC_TARGET",
+            loc_target,
+            f"loc_target must be one of {FOVEABOX_LOC_TARGETS}",
+        )
         self.loc_target = loc_target
 
     @classmethod
     def from_config(cls, cfg) -> Dict:
         ret = super().from_config(cfg)
-        loc_target = cfg.MODEL.FOVEABOX.ALRP_LOC_TARGET
-        require_config(
-            loc_target in FOVEABOX_LOC_TARGETS,
-            "MODEL.FOVEABOX.ALRP_LOC_TARGET",
-            loc_target,
-            f"must be one of {FOVEABOX_LOC_TARGETS}",
-        )
-        ret["loc_target"] = loc_target
+        ret["loc_target"] = cfg.MODEL.FOVEABOX.ALRP_LOC_TARGET
         return ret
 
     def dense_boxes(self, anchors: List[Boxes], pred_anchor_deltas: List[Tensor], gt_boxes: List[Tensor]) -> DenseBoxes:

@@ -37,8 +37,9 @@ class CorrelationTerm:
             weight: the term's weight.
             per_level: the mean of the pyramid levels' losses, or one loss of all positives.
         """
-        if kind not in CORRELATION_KINDS:
-            raise ValueError(f"kind must be one of {CORRELATION_KINDS}, got {kind!r}")
+        require_config(
+            kind in CORRELATION_KINDS, "MODEL.ALRP.CORR_KIND", kind, f"kind must be one of {CORRELATION_KINDS}"
+        )
         self.kind = kind
         self.weight = weight
         self.per_level = per_level
@@ -77,12 +78,9 @@ def _gathered(scores: Tensor, ious: Tensor, levels: Optional[Tensor], group: Ran
 
 
 def correlation_terms(cfg: CfgNode) -> List[CorrelationTerm]:
-    """The Correlation Loss term of MODEL.ALRP.CORR_KIND, CORR_WEIGHT and CORR_PER_LEVEL, none with weight 0."""
+    """The Correlation Loss term of MODEL.ALRP.CORR_KIND, CORR_WEIGHT and CORR_PER_LEVEL, none with weight 0 (the
+    keys are checked all the same)."""
     alrp = cfg.MODEL.ALRP
-    require_config(
-        alrp.CORR_KIND in CORRELATION_KINDS, "MODEL.ALRP.CORR_KIND", alrp.CORR_KIND, f"one of {CORRELATION_KINDS}"
-    )
     require_config(alrp.CORR_WEIGHT >= 0, "MODEL.ALRP.CORR_WEIGHT", alrp.CORR_WEIGHT, "must be >= 0 (0: no term)")
-    if alrp.CORR_WEIGHT == 0:
-        return []
-    return [CorrelationTerm(alrp.CORR_KIND, alrp.CORR_WEIGHT, alrp.CORR_PER_LEVEL)]
+    term = CorrelationTerm(alrp.CORR_KIND, alrp.CORR_WEIGHT, alrp.CORR_PER_LEVEL)
+    return [term] if alrp.CORR_WEIGHT > 0 else []

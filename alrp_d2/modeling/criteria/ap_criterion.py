@@ -41,8 +41,9 @@ class APCriterion(RankingCriterion):
             eps: the gate of the ranking errors, N_FP >= eps (None: no gate, the official interpolated AP Loss).
         """
         super().__init__(delta=delta)
-        if loc_loss not in AP_LOC_LOSSES:
-            raise ValueError(f"loc_loss must be one of {AP_LOC_LOSSES}, got {loc_loss!r}")
+        require_config(
+            loc_loss in AP_LOC_LOSSES, "MODEL.ALRP.AP_LOC_LOSS", loc_loss, f"loc_loss must be one of {AP_LOC_LOSSES}"
+        )
         self.loc_loss = loc_loss
         self.loc_error_kind = loc_error_kind
         self.tau = tau
@@ -51,9 +52,6 @@ class APCriterion(RankingCriterion):
     @classmethod
     def from_config(cls, cfg: CfgNode, *, delta: float, tau: float) -> Dict[str, Any]:
         alrp = cfg.MODEL.ALRP
-        require_config(
-            alrp.AP_LOC_LOSS in AP_LOC_LOSSES, "MODEL.ALRP.AP_LOC_LOSS", alrp.AP_LOC_LOSS, f"one of {AP_LOC_LOSSES}"
-        )
         eps = None if cls.interpolated else 1e-5
         return {
             "delta": delta,
