@@ -17,6 +17,7 @@ from .error_driven import (
 from .global_ranking import RankingGroup
 from .ranking_inputs import RankingInputs
 from .relation_sums import PositiveRanking
+from .serial_indexing import take_rows
 
 __all__ = ["ap_loss", "ap_loss_indexed", "ap_loss_terms", "interpolated_errors"]
 
@@ -32,7 +33,7 @@ def interpolated_errors(ranking: PositiveRanking) -> Tensor:
     member. A cumulative minimum: O(P)."""
     running = torch.cummin(ranking.num_false_positives / ranking.rank, 0).values
     scores = ranking.positive_scores
-    return running[torch.searchsorted(scores, scores, right=True) - 1]
+    return take_rows(running, torch.searchsorted(scores, scores, right=True) - 1)
 
 
 def ap_loss_indexed(

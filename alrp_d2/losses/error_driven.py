@@ -9,6 +9,7 @@ import torch
 from torch import Tensor
 
 from .relation_sums import PositiveRanking
+from .serial_indexing import take_rows
 
 __all__ = [
     "ErrorDrivenRankingLoss",
@@ -104,7 +105,9 @@ class ErrorDrivenRankingLoss(torch.autograd.Function):
             positive_grad = positive_grad + extra_positive_grad
         distributed = torch.where(active, update / ranking.num_false_positives.clamp_min(eps), 0.0) / normaliser
         dtype = output_dtype(logits)
-        local_positive_grad = positive_grad if ranking.local_slot is None else positive_grad[ranking.local_slot]
+        local_positive_grad = (
+            positive_grad if ranking.local_slot is None else take_rows(positive_grad, ranking.local_slot)
+        )
 
         # The negatives' gradient is written in the backward, in one pass over the logits.
         ctx.shape = logits.shape
@@ -127,5 +130,5 @@ class ErrorDrivenRankingLoss(torch.autograd.Function):
         ranking = ctx.ranking
         scale = (grad_loss * ctx.scale).double()
         grad = ranking.negative_relation_sum(distributed * scale, ctx.dtype)
-        grad[ranking.positive_index] = (positive_grad * scale).to(ctx.dtype)
+        grad.index_copy_(0, ranking.positive_index, (positive_grad * scale).to(ctx.dtype))
         return grad.view(ctx.shape), None, None, None, None, None, None

@@ -39,6 +39,7 @@ from .error_driven import ErrorDrivenRankingLoss, check_hyperparameters, nan_unl
 from .global_ranking import RankingGroup
 from .ranking_inputs import RankingInputs
 from .relation_sums import PositiveRanking
+from .serial_indexing import take_rows
 from .sorting_relations import SortingRelations
 
 __all__ = [
@@ -127,7 +128,7 @@ def rank_sort_loss_terms(
     raise, naming what is wrong."""
     check_hyperparameters(delta, eps, unit_step=True)
     inputs = RankingInputs.targeted(logits, targets, group)
-    return _rank_sort_loss(inputs, targets.detach().reshape(-1)[inputs.positive_index], delta, eps)
+    return _rank_sort_loss(inputs, take_rows(targets.detach().reshape(-1), inputs.positive_index), delta, eps)
 
 
 def _errors_and_sorting_update(

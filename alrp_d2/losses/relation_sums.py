@@ -41,6 +41,7 @@ import torch
 from torch import Tensor
 
 from .gap_lookup import GapLookup
+from .serial_indexing import take_rows
 
 if TYPE_CHECKING:
     from .global_ranking import PositiveExchange
@@ -154,13 +155,13 @@ class BandEdges:
         """``(A, B)`` per gap with ``sum_i w_i H(v - q_i) = A[gap] + B[gap] v`` for a source ``v`` on the
         positives' scale; ``B`` is None for the unit step (H is 1 above, 0 below, no band)."""
         prefix = _exclusive_cumsum(weights)
-        above = prefix[self.above_end]
+        above = take_rows(prefix, self.above_end)
         if self.unit_step:
             return above, None
         inv_two_delta = 0.5 / self.delta
         prefix_weighted = _exclusive_cumsum(weights * queries)
-        band_weight = prefix[self.band_end] - above
-        band_weighted_query = prefix_weighted[self.band_end] - prefix_weighted[self.above_end]
+        band_weight = take_rows(prefix, self.band_end) - above
+        band_weighted_query = take_rows(prefix_weighted, self.band_end) - take_rows(prefix_weighted, self.above_end)
         return above + 0.5 * band_weight - band_weighted_query * inv_two_delta, band_weight * inv_two_delta
 
 
@@ -325,7 +326,7 @@ class PositiveRanking:
         """
         logits = logits.detach()
         flat = logits.reshape(-1)
-        scores = flat[positive_index].double()
+        scores = take_rows(flat, positive_index).double()
         local_index = positive_index
         local_slot = gathered_values = None
         if exchange is not None:
@@ -335,7 +336,7 @@ class PositiveRanking:
             gathered_values = None if positive_values is None else gathered[:, 1]
         positive_scores, order = torch.sort(scores)
         if exchange is None:
-            positive_index = positive_index[order]
+            positive_index = take_rows(positive_index, order)
         else:
             slot = torch.empty_like(order).scatter_(0, order, torch.arange(len(order), device=order.device))
             local_slot = slot[exchange.local_start : exchange.local_start + exchange.num_local]
@@ -384,11 +385,11 @@ class PositiveRanking:
         global ranking, the other workers' values are those gathered by :meth:`build`
         (float64), and the gradient of ``values`` is multiplied by :attr:`gradient_scale`."""
         if self.exchange is None:
-            return values[self.positive_order]
+            return take_rows(values, self.positive_order)
         gathered = self.gathered_values
         if gathered is None:
             gathered = self.exchange.gather(values.detach().double().unsqueeze(1)).squeeze(1)
-        return self.exchange.with_local(gathered, values)[self.positive_order]
+        return take_rows(self.exchange.with_local(gathered, values), self.positive_order)
 
     @property
     def num_positives(self) -> int:
@@ -421,4 +422,4 @@ class PositiveRanking:
         """``sum_{k in P, s_k >= s_i} v_k``: the cumulative sum of App. E line 14 in descending
         score order with the unit step H(x) = [x >= 0], so tied positives count together."""
         suffix = torch.flip(torch.cumsum(torch.flip(values, [0]), 0), [0])
-        return suffix[self.tie_first]
+        return take_rows(suffix, self.tie_first)

@@ -41,6 +41,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .serial_indexing import take_rows
+
 __all__ = ["SortingRelations", "TargetOrderTree"]
 
 
@@ -60,14 +62,13 @@ class TargetOrderTree:
         device = order.device
         self.num = num
         self.size = 1 << num.bit_length()
-        target_position = torch.arange(self.size, device=device)
-        target_position[order] = torch.arange(num, device=device)
+        target_position = torch.arange(self.size, device=device).scatter_(0, order, torch.arange(num, device=device))
         arrangement = torch.arange(self.size, device=device)  # the root: every score position, in order
         index = torch.arange(self.size, device=device)
         self.levels: List[Tuple[int, Tensor, Tensor]] = []
         for level in reversed(range(num.bit_length())):
             parent_size = 2 << level
-            goes_left = ((target_position[arrangement] >> level) & 1) == 0
+            goes_left = ((take_rows(target_position, arrangement) >> level) & 1) == 0
             left_before = F.pad(torch.cumsum(goes_left.view(-1, parent_size), 1), (1, 0))
             left_rank = left_before[:, :-1].reshape(-1)
             # Stable partition of every parent block into its left and right child.
@@ -92,12 +93,14 @@ class TargetOrderTree:
         count = cuts.clone()  # at the root, the score positions below a cut are the cut
         for level, left_before, arrangement in self.levels:
             child_size = 1 << level
-            left = left_before.view(-1)[block * (2 * child_size + 1) + count]
+            left = take_rows(left_before.view(-1), block * (2 * child_size + 1) + count)
             bit = ((prefix >> level) & 1).unsqueeze(1)
-            child_sums = F.pad(torch.cumsum(padded[arrangement].view(-1, child_size, width), 1), (0, 0, 1, 0))
+            child_sums = F.pad(
+                torch.cumsum(take_rows(padded, arrangement).view(-1, child_size, width), 1), (0, 0, 1, 0)
+            )
             left_child = 2 * block
             # A query whose bit is 0 reads the left child's empty prefix (0).
-            total += child_sums.view(-1, width)[left_child * (child_size + 1) + left * bit]
+            total += take_rows(child_sums.view(-1, width), left_child * (child_size + 1) + left * bit)
             count = torch.where(bit == 1, count - left, left)
             block = left_child + bit
         return total
