@@ -105,3 +105,8 @@ def test_ranking_equals_the_relation_matrix(seed, delta, dtype, monkeypatch):
     expected = weights @ negative_relation
     torch.testing.assert_close(ranking.negative_relation_sum(weights), expected)
     torch.testing.assert_close(ranking.negative_relation_total(weights), expected.sum())
+    # The scan ranks the positives as negatives and removes them after: gap 0, and no count of them in the totals.
+    assert ranking.negatives.gaps[positives].tolist() == [0] * len(positives)
+    relevant = torch.zeros(num, dtype=torch.bool).index_fill_(0, positives, True).logical_not_() & valid
+    relevant &= logits.double() > sorted_scores[0] - delta if delta > 0 else logits.double() >= sorted_scores[0]
+    assert ranking.negative_totals[0].sum().item() == relevant.sum().item()

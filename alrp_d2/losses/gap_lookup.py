@@ -38,7 +38,7 @@ from torch import Tensor
 __all__ = ["GapLookup", "round_to_dtype"]
 
 #: Grid cells per edge: more cells hold fewer edges each (fewer search steps), in a table of 4 bytes per cell.
-CELLS_PER_EDGE = 8
+CELLS_PER_EDGE = 16
 
 
 def round_to_dtype(values: Tensor, dtype: torch.dtype, up: bool) -> Tensor:

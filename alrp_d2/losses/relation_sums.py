@@ -24,8 +24,9 @@ flat logits that are neither positive nor ignored; they stay in the logits' dtyp
 gaps by the grid of :mod:`alrp_d2.losses.gap_lookup` in O(1) each, exactly. They are read in
 chunks of :data:`CHUNK` entries, each chunk once per pass with small reused buffers, so that no
 N-sized temporary exists: one pass in the forward (the gap totals), one in the backward (the
-gradient, written once). An entry below every edge, ignored or positive lies in gap 0, which
-relates to no positive.
+gradient, written once). An entry below every edge or ignored lies in gap 0, which relates to no
+positive; the pass takes the positives for negatives, and their gaps and share of the gap totals are
+removed after it in O(P), so that no chunk looks at the positives.
 
 The gap totals are additive over disjoint sets of sources: a global ranking over several workers
 (:mod:`alrp_d2.losses.global_ranking`) builds the same edges from the gathered positives on every
@@ -174,6 +175,16 @@ def _chunks(total: int, size: int) -> Iterator[Tuple[int, int]]:
         yield start, min(start + size, total)
 
 
+def _ranked_values(logits: Tensor, valid: Optional[Tensor], buffer: Tensor) -> Tensor:
+    """The ``logits`` as the gap lookup compares them: in ``buffer``'s dtype, the ignored entries (``valid``
+    False) -inf, below every edge; the logits themselves where nothing changes, else written to ``buffer``."""
+    if logits.dtype != buffer.dtype:
+        logits = buffer.copy_(logits)
+    if valid is None:
+        return logits
+    return torch.where(valid, logits, torch.full((), -torch.inf, dtype=buffer.dtype, device=buffer.device), out=buffer)
+
+
 @dataclass(frozen=True)
 class Negatives:
     """The entries of the flat logits that are neither positive nor ignored, with their gaps among the
@@ -196,33 +207,41 @@ class Negatives:
     ) -> Tuple[Negatives, Tensor]:
         """Finds the gaps of the (M,) flat ``logits`` and the negatives' gap totals ((2, num_gaps) float64:
         every gap's count and sum of shifted logits) in one pass; ``valid``: None or (M,) bool, False for
-        the ignored entries; ``positive_index``: the flat indices of the positives."""
+        the ignored entries; ``positive_index``: the flat indices of the positives.
+
+        The pass treats the positives as negatives; their gaps and their share of the totals are removed after
+        it, in O(P), so that no chunk looks at the positives."""
         lookup = edges.lookup(offset, logits.dtype)
         device, total = logits.device, logits.numel()
         size = _chunk_size(total, device)
         compute = lookup.edges.dtype
-        values, scratch, position = torch.empty(3, size + 1, dtype=compute, device=device)
+        values, scratch, position = torch.empty(3, size, dtype=compute, device=device)
         cell = torch.empty(size, dtype=torch.int32, device=device)
         index = torch.empty(size, dtype=torch.long, device=device)
         ones, shifted = torch.ones(2, size, dtype=torch.float64, device=device)
         gaps = torch.empty(total, dtype=torch.int16 if edges.num_gaps < 1 << 15 else torch.int32, device=device)
         totals = torch.zeros(2, edges.num_gaps, dtype=torch.float64, device=device)
-        below_every_edge = torch.full((), -torch.inf, dtype=compute, device=device)
         for start, end in _chunks(total, size):
             n = end - start
-            # The positives and the ignored entries become -inf, below every edge: gap 0.
-            chunk = logits[start:end]
-            if valid is None or chunk.dtype != compute:
-                chunk = values[:n].copy_(chunk)
-            if valid is not None:
-                torch.where(valid[start:end], chunk, below_every_edge, out=values[:n])
-            local = positive_index - start
-            values.index_fill_(0, torch.where((local >= 0) & (local < n), local, n), -torch.inf)  # slot n: the others
-            chunk_gaps = lookup.gaps(values[:n], position[:n], scratch[:n], cell[:n])
+            chunk = _ranked_values(logits[start:end], None if valid is None else valid[start:end], values[:n])
+            chunk_gaps = lookup.gaps(chunk, position[:n], scratch[:n], cell[:n])
             gaps[start:end] = chunk_gaps
             chunk_index = index[:n].copy_(chunk_gaps)
             totals[0].scatter_add_(0, chunk_index, ones[:n])
-            totals[1].scatter_add_(0, chunk_index, shifted[:n].copy_(values[:n]).sub_(offset))
+            totals[1].scatter_add_(0, chunk_index, shifted[:n].copy_(chunk).sub_(offset))
+        positive_values = _ranked_values(
+            take_rows(logits, positive_index),
+            None if valid is None else take_rows(valid, positive_index),
+            torch.empty(positive_index.numel(), dtype=compute, device=device),
+        )
+        positive_gaps = lookup.gaps(
+            positive_values,
+            torch.empty_like(positive_values),
+            torch.empty_like(positive_values),
+            torch.empty(positive_index.numel(), dtype=torch.int32, device=device),
+        ).long()
+        totals -= edges.gap_totals(positive_values.double() - offset, positive_gaps)
+        gaps.index_fill_(0, positive_index, 0)
         totals[:, 0] = 0.0  # gap 0 (below every edge, -inf included) relates to no positive
         return Negatives(logits, offset, gaps), totals
 
