@@ -23,7 +23,7 @@ the sorting loss is connected to the logits with a zero gradient. docs/paper_not
 With ``A, B`` the sums over ``t_k >= t_i`` of ``H(x_ik)`` and ``H(x_ik) (1 - t_k)`` and ``D, E``
 those over ``t_k < t_i``, ``rank^+ = A + D`` and ``l_S = (A E - B D) / (rank^+ A)``, which is exactly
 0 when nothing is sorted above ``i`` by mistake. ``N_FP`` and the negative gradients come from the
-relation sums in O((P + N) log P), ``A, B, D, E`` and the positives' sorting gradients from
+relation sums in O(N + P log P), ``A, B, D, E`` and the positives' sorting gradients from
 :mod:`alrp_d2.losses.sorting_relations` in O(P log P).
 """
 
