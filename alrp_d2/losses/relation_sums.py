@@ -175,14 +175,15 @@ def _chunks(total: int, size: int) -> Iterator[Tuple[int, int]]:
         yield start, min(start + size, total)
 
 
-def _ranked_values(logits: Tensor, valid: Optional[Tensor], buffer: Tensor) -> Tensor:
+def _ranked_values(logits: Tensor, valid: Optional[Tensor], below_every_edge: Tensor, buffer: Tensor) -> Tensor:
     """The ``logits`` as the gap lookup compares them: in ``buffer``'s dtype, the ignored entries (``valid``
-    False) -inf, below every edge; the logits themselves where nothing changes, else written to ``buffer``."""
+    False) ``below_every_edge`` (0-d, -inf); the logits themselves where nothing changes, else written to
+    ``buffer``."""
     if logits.dtype != buffer.dtype:
         logits = buffer.copy_(logits)
     if valid is None:
         return logits
-    return torch.where(valid, logits, torch.full((), -torch.inf, dtype=buffer.dtype, device=buffer.device), out=buffer)
+    return torch.where(valid, logits, below_every_edge, out=buffer)
 
 
 @dataclass(frozen=True)
@@ -221,9 +222,11 @@ class Negatives:
         ones, shifted = torch.ones(2, size, dtype=torch.float64, device=device)
         gaps = torch.empty(total, dtype=torch.int16 if edges.num_gaps < 1 << 15 else torch.int32, device=device)
         totals = torch.zeros(2, edges.num_gaps, dtype=torch.float64, device=device)
+        below_every_edge = torch.full((), -torch.inf, dtype=compute, device=device)
         for start, end in _chunks(total, size):
             n = end - start
-            chunk = _ranked_values(logits[start:end], None if valid is None else valid[start:end], values[:n])
+            chunk_valid = None if valid is None else valid[start:end]
+            chunk = _ranked_values(logits[start:end], chunk_valid, below_every_edge, values[:n])
             chunk_gaps = lookup.gaps(chunk, position[:n], scratch[:n], cell[:n])
             gaps[start:end] = chunk_gaps
             chunk_index = index[:n].copy_(chunk_gaps)
@@ -232,6 +235,7 @@ class Negatives:
         positive_values = _ranked_values(
             take_rows(logits, positive_index),
             None if valid is None else take_rows(valid, positive_index),
+            below_every_edge,
             torch.empty(positive_index.numel(), dtype=compute, device=device),
         )
         positive_gaps = lookup.gaps(
