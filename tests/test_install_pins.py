@@ -1,0 +1,61 @@
+"""The two install paths pin the same versions: pip's constraints.txt and uv's ``[tool.uv] constraint-dependencies``
+(uv does not read constraints.txt), and the committed uv.lock builds detectron2 from the pinned commit."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Dict, List
+
+import tomllib
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _pins(lines: List[str]) -> Dict[str, str]:
+    """``{normalised name: requirement}`` of pin lines (``name==version``), comments and blank lines aside."""
+    pins = {}
+    for line in lines:
+        requirement = line.split("#", 1)[0].strip()
+        if requirement:
+            name = re.split(r"[<>=!~;\[ ]", requirement, maxsplit=1)[0]
+            pins[re.sub(r"[-_.]+", "-", name).lower()] = requirement.replace(" ", "")
+    return pins
+
+
+def _pyproject() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def _requirement_names(requirements: List[str]) -> List[str]:
+    return [re.sub(r"[-_.]+", "-", re.split(r"[<>=!~;\[ ]", r, maxsplit=1)[0]).lower() for r in requirements]
+
+
+def test_uv_constraints_equal_pip_constraints():
+    pip_pins = _pins((ROOT / "constraints.txt").read_text().splitlines())
+    uv_pins = _pins(_pyproject()["tool"]["uv"]["constraint-dependencies"])
+    assert uv_pins == pip_pins, (
+        "pyproject.toml [tool.uv] constraint-dependencies and constraints.txt disagree: "
+        f"only in uv: {sorted(set(uv_pins.items()) - set(pip_pins.items()))}, "
+        f"only in pip: {sorted(set(pip_pins.items()) - set(uv_pins.items()))}"
+    )
+
+
+def test_every_requirement_is_pinned():
+    project = _pyproject()["project"]
+    requirements = list(project["dependencies"])
+    for extra in project["optional-dependencies"].values():
+        requirements += extra
+    pinned = set(_pins((ROOT / "constraints.txt").read_text().splitlines()))
+    unpinned = sorted(set(_requirement_names(requirements)) - pinned)
+    assert not unpinned, f"requirements of pyproject.toml without a pin in constraints.txt: {unpinned}"
+
+
+def test_lock_builds_detectron2_from_the_pinned_commit():
+    """A lock written with the vendored source (UV_NO_SOURCES_PACKAGE, UV_FIND_LINKS) must not be committed."""
+    rev = _pyproject()["tool"]["uv"]["sources"]["detectron2"]["rev"]
+    assert re.fullmatch(r"[0-9a-f]{40}", rev), f"[tool.uv.sources] detectron2 rev {rev!r} is not a full commit hash"
+    lock = tomllib.loads((ROOT / "uv.lock").read_text())
+    (detectron2,) = [package for package in lock["package"] if package["name"] == "detectron2"]
+    source = detectron2["source"]
+    assert "git" in source and rev in source["git"], f"uv.lock builds detectron2 from {source}, not commit {rev}"
