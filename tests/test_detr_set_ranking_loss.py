@@ -4,6 +4,9 @@ gradients in float64 to 1e-6; its other choices; its input errors."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
 from typing import Dict
 
 import pytest
@@ -167,3 +170,37 @@ def test_bad_options_raise():
         SetRankingLoss("AlrpCriterion", box_terms="own", giou_weight=2.0)
     with pytest.raises(ValueError, match="l1_weight must be a finite number >= 0"):
         SetRankingLoss(l1_weight=-1.0)
+
+
+IMPORT_CHECK = r"""
+import importlib.abc
+import sys
+
+
+class Blocked(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("detectron2", "transformers"):
+            raise ImportError(f"{name} imported by the set-prediction loss")
+        return None
+
+
+sys.meta_path.insert(0, Blocked())
+import torch
+
+from alrp_d2.detr import SetRankingLoss
+
+logits = torch.randn(2, 4, 3, requires_grad=True)
+boxes = torch.rand(2, 4, 4) * 0.5 + 0.2
+targets = [{"class_labels": torch.tensor([1]), "boxes": torch.tensor([[0.4, 0.4, 0.3, 0.3]])}] * 2
+indices = [(torch.tensor([2]), torch.tensor([0])), (torch.tensor([0]), torch.tensor([0]))]
+losses = SetRankingLoss()(logits, boxes, indices, targets)
+sum(losses.values()).backward()
+assert sorted(losses) == ["loss_bbox", "loss_giou", "loss_rank"] and logits.grad.abs().sum() > 0
+print("ok")
+"""
+
+
+def test_imports_and_runs_without_detectron2_and_transformers():
+    root = Path(__file__).resolve().parents[1]
+    result = subprocess.run([sys.executable, "-c", IMPORT_CHECK], cwd=root, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-2000:]

@@ -15,10 +15,10 @@ from typing import List, Mapping, NamedTuple, Sequence, Tuple
 import torch
 from torch import Tensor
 
+from ..criteria import PositiveTargets
 from ..losses.input_checks import NonFiniteInputError
 from ..losses.localisation_error import paired_iou_giou
 from ..losses.serial_indexing import take_rows
-from ..modeling.ranking_targets import PositiveTargets
 
 __all__ = ["BOX_EPS", "MatchedQueries", "QueryBoxes", "cxcywh_to_xyxy", "matched_queries"]
 
