@@ -87,3 +87,18 @@ def test_local_ranking_is_each_workers_own_loss(worker_results, layer_number):
         expected = run(part(layer, images), OPTIONS["rank_sort"], "local")
         for key, value in expected.items():
             torch.testing.assert_close(worker_results[rank][index]["local"][key], value, rtol=1e-6, atol=1e-9)
+
+
+@pytest.mark.parametrize("layer_number", range(len(LAYERS)))
+def test_local_fixed_box_terms_divide_by_the_workers_mean_number_of_pairs(worker_results, layer_number):
+    case, split = LAYERS[layer_number]
+    layer = make_layer(**case)
+    index = layer_number * len(OPTIONS) + list(OPTIONS).index("rank_sort_fixed")
+    shares = [part(layer, images) for images in (slice(0, split), slice(split, None))]
+    counts = [sum(len(query) for query, _ in share.indices) for share in shares]
+    mean_count = max(sum(counts) / WORLD_SIZE, 1.0)
+    for rank, share in enumerate(shares):
+        alone = run(share, OPTIONS["rank_sort_fixed"], "local")
+        for key in ("loss_bbox", "loss_giou"):
+            expected = alone[key] * max(counts[rank], 1) / mean_count
+            torch.testing.assert_close(worker_results[rank][index]["local"][key], expected, rtol=1e-6, atol=1e-9)
