@@ -72,7 +72,8 @@ def matched_queries(logits: Tensor, pred_boxes: Tensor, indices: Indices, target
     device = logits.device
     pair_counts = [len(pair[0]) for pair in indices]
     target_counts = [len(target["class_labels"]) for target in targets]
-    # HF's matchers return CPU index tensors: concatenated on the CPU, moved once.
+    # HF's matchers return CPU index tensors, its denoising indices are on the logits' device: concatenated where they
+    # are, moved once.
     query = _cat_indices([pair[0] for pair in indices]).to(device)
     target = _cat_indices([pair[1] for pair in indices]).to(device)
     image = torch.arange(batch, device=device).repeat_interleave(torch.tensor(pair_counts, device=device))
@@ -113,7 +114,10 @@ def _all_finite(values: Tensor) -> Tensor:
 
 
 def _cat_indices(parts: List[Tensor]) -> Tensor:
-    return torch.cat([torch.zeros(0, dtype=torch.long)] + [part.long().cpu() for part in parts])
+    """The index tensors concatenated on the device of the first (moving any other there)."""
+    device = parts[0].device if parts else torch.device("cpu")
+    empty = torch.zeros(0, dtype=torch.long, device=device)
+    return torch.cat([empty] + [part.to(device, torch.long) for part in parts])
 
 
 def _shape(value: object) -> object:
