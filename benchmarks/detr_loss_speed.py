@@ -27,14 +27,18 @@ negative is relevant). Every row computes the losses of all 13 layers and their 
 * ``... + match``: the row with the 7 matchings of the step.
 
 Time: every row once as warm-up, then the rows take turns in one process (a change of the machine's load hits all
-alike), the median of ``--repeats`` rounds.
+alike); the medians of ``--repeats`` rounds of the wall-clock time and of the process's CPU time. On a machine shared
+with other work, the CPU time (which does not count the time the process waits for a core) is the steadier figure, and
+the ratios are taken from it; with ``--device cuda``, from the wall-clock time (synchronised).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
+import time
 from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
 
 import torch
@@ -45,7 +49,7 @@ sys.path.insert(0, ROOT)
 
 from alrp_d2.detr import SetRankingLoss  # noqa: E402
 from alrp_d2.detr.matched_queries import matched_queries, pair_box_losses  # noqa: E402
-from benchmarks.loss_speed import load_average, median_times, set_threads  # noqa: E402
+from benchmarks.loss_speed import load_average, set_threads, synchronise  # noqa: E402
 from benchmarks.reference_losses import RANKING_LOSSES_FILE, load_reference  # noqa: E402
 
 SCALES = ["4:300", "16:300", "4:900", "16:900"]
@@ -168,6 +172,23 @@ def step_runner(step: Step, layer_loss: LayerLoss, matcher: Optional[Callable], 
     return run
 
 
+def median_times(runs: Dict[str, Callable[[], object]], repeats: int, device: str) -> Dict[str, Tuple[float, float]]:
+    """The median (wall-clock, CPU) time of every run, the runs taking turns, after one warm-up round."""
+    times: Dict[str, List[Tuple[float, float]]] = {name: [] for name in runs}
+    for round_ in range(repeats + 1):
+        for name, run in runs.items():
+            synchronise(device)
+            wall, cpu = time.perf_counter(), time.process_time()
+            run()
+            synchronise(device)
+            if round_:
+                times[name].append((time.perf_counter() - wall, time.process_time() - cpu))
+    return {
+        name: (statistics.median(w for w, _ in pairs), statistics.median(c for _, c in pairs))
+        for name, pairs in times.items()
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
@@ -195,8 +216,10 @@ def main() -> None:
         f"load average {load_average()}, {NUM_CLASSES} classes, {DECODER_LAYERS} decoder layers + encoder "
         f"+ {DECODER_LAYERS} denoising layers, median of {args.repeats}"
     )
-    print("| images | queries + denoising | row | time per step (s) | its time / ours RS |")
-    print("|---|---|---|---|---|")
+    print(
+        "| images | queries + denoising | row | wall time per step (s) | CPU time per step (s) | its time / ours RS |"
+    )
+    print("|---|---|---|---|---|---|")
     for scale in args.scales:
         batch, queries = (int(value) for value in scale.split(":"))
         step = make_step(batch, queries, args.dn_queries, args.device)
@@ -209,14 +232,15 @@ def main() -> None:
         for name in ("ours RS", "HF VFL"):
             runs[f"{name} + match"] = step_runner(step, losses[name], matcher, indices)
         times = median_times(runs, args.repeats, args.device)
+        column = 0 if args.device == "cuda" else 1
         dn = step.denoising[0][0].shape[1]
-        for name, seconds in times.items():
-            print(f"| {batch} | {queries} + {dn} | {name} | {seconds:.3f} | {seconds / times['ours RS']:.2f}x |")
-        brl = f"{times['BRL RS'] / times['ours RS']:.2f}x" if "BRL RS" in times else "not run"
-        ratio = times["ours RS + match"] / times["HF VFL + match"]
-        print(
-            f"| {batch} | {queries} + {dn} | BRL RS / ours RS {brl}; (ours RS + match) / (HF VFL + match) {ratio:.2f}x |"
-        )
+        for name, (wall, cpu) in times.items():
+            ratio = times[name][column] / times["ours RS"][column]
+            print(f"| {batch} | {queries} + {dn} | {name} | {wall:.3f} | {cpu:.3f} | {ratio:.2f}x |")
+        brl = f"{times['BRL RS'][column] / times['ours RS'][column]:.2f}x" if "BRL RS" in times else "not run"
+        ratio = times["ours RS + match"][column] / times["HF VFL + match"][column]
+        summary = f"BRL RS / ours RS {brl}; (ours RS + match) / (HF VFL + match) {ratio:.2f}x"
+        print(f"| {batch} | {queries} + {dn} | {summary} | | | |")
         sys.stdout.flush()
 
 
