@@ -109,6 +109,18 @@ def test_no_matched_pair_gives_zeros_connected_to_the_inputs():
     assert float(logits_grad.abs().sum()) == 0 and float(boxes_grad.abs().sum()) == 0
 
 
+def test_an_empty_batch_and_int32_indices_and_labels():
+    empty = SetRankingLoss()(torch.zeros(0, 5, 3), torch.zeros(0, 5, 4), [], [])
+    assert sorted(empty) == ["loss_bbox", "loss_giou", "loss_rank"] and all(float(v) == 0 for v in empty.values())
+    layer = make_layer(seed=1, num_targets=[3, 2])
+    targets = [{"class_labels": t["class_labels"].int(), "boxes": t["boxes"]} for t in layer.targets]
+    indices = [(query.int(), target.int()) for query, target in layer.indices]
+    expected = ours(layer, SetRankingLoss())[0]
+    actual = ours(layer._replace(indices=indices, targets=targets), SetRankingLoss())[0]
+    for key, value in expected.items():
+        assert_close(actual[key], value)
+
+
 def bad_inputs() -> Dict[str, tuple]:
     layer = make_layer(seed=1, num_targets=[3, 2])
     logits, boxes, indices, targets = layer.logits, layer.pred_boxes, layer.indices, layer.targets

@@ -76,12 +76,14 @@ def matched_queries(logits: Tensor, pred_boxes: Tensor, indices: Indices, target
     # are, moved once.
     query = _cat_indices([pair[0] for pair in indices]).to(device)
     target = _cat_indices([pair[1] for pair in indices]).to(device)
-    image = torch.arange(batch, device=device).repeat_interleave(torch.tensor(pair_counts, device=device))
+    image = torch.arange(batch, device=device).repeat_interleave(
+        torch.tensor(pair_counts, dtype=torch.long, device=device), output_size=sum(pair_counts)
+    )
     labels = torch.cat(
         [torch.zeros(0, dtype=torch.long, device=device)] + [t["class_labels"].to(device) for t in targets]
     )
     boxes = torch.cat([pred_boxes.new_zeros(0, 4)] + [t["boxes"].to(device, pred_boxes.dtype) for t in targets])
-    counts = torch.tensor(target_counts, device=device)
+    counts = torch.tensor(target_counts, dtype=torch.long, device=device)
     row = image * queries + query
     sorted_rows = torch.sort(row).values
 
