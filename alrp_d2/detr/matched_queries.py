@@ -1,0 +1,256 @@
+"""The matched (query, target) pairs of one decoder layer, from Hugging Face's per-image matcher output, and the
+boxes of the layer's queries as the ranking criteria read them.
+
+A DETR-family matcher (Hungarian, or the fixed assignment of the denoising groups) returns for every image a pair
+``(query indices, target indices)``; the targets are HF's per-image dicts ``{"class_labels": (T,), "boxes": (T, 4)}``
+with normalised cxcywh boxes. :func:`matched_queries` validates them against the layer's ``logits`` (B, Q, C) and
+``pred_boxes`` (B, Q, 4) and flattens them once (one ``torch.cat`` per list, one host synchronisation for all value
+checks); a row of the layer is the query ``b * Q + q``.
+"""
+
+from __future__ import annotations
+
+from typing import List, Mapping, NamedTuple, Sequence, Tuple
+
+import torch
+from torch import Tensor
+
+from ..criteria import PositiveTargets
+from ..losses.input_checks import NonFiniteInputError
+from ..losses.localisation_error import paired_iou_giou
+from ..losses.serial_indexing import take_rows
+
+__all__ = ["BOX_EPS", "MatchedQueries", "QueryBoxes", "cxcywh_to_xyxy", "matched_queries"]
+
+#: The IoU's guard against a zero union. Normalised boxes have areas down to ~1e-6 of the image, where the pixel-scale
+#: 1e-7 of :func:`~alrp_d2.losses.localisation_error.paired_iou_giou` would move the IoU by ~10% relative.
+BOX_EPS = 1e-12
+
+Indices = Sequence[Tuple[Tensor, Tensor]]
+Targets = Sequence[Mapping[str, Tensor]]
+
+
+def cxcywh_to_xyxy(boxes: Tensor) -> Tensor:
+    """(..., 4) centre-size boxes to corner boxes."""
+    centre, size = boxes[..., :2], boxes[..., 2:]
+    return torch.cat([centre - size / 2, centre + size / 2], dim=-1)
+
+
+class MatchedQueries(NamedTuple):
+    """The matched pairs of a layer, flattened over the images in the order of ``indices``.
+
+    Attributes:
+        row: (P,) the query of each pair as a row of the layer, ``b * Q + q``.
+        label: (P,) the class of its target.
+        target_boxes: (P, 4) its target box, normalised cxcywh.
+        num_rows: ``B * Q``.
+        num_classes: C.
+    """
+
+    row: Tensor
+    label: Tensor
+    target_boxes: Tensor
+    num_rows: int
+    num_classes: int
+
+    def row_labels(self) -> Tensor:
+        """(B * Q,) the class of every row; C for a row no target is matched to (detectron2's background)."""
+        labels = torch.full((self.num_rows,), self.num_classes, dtype=torch.long, device=self.row.device)
+        return labels.index_copy_(0, self.row, self.label)
+
+
+def matched_queries(logits: Tensor, pred_boxes: Tensor, indices: Indices, targets: Targets) -> MatchedQueries:
+    """The validated, flattened matched pairs of one layer (module docstring).
+
+    Raises:
+        ValueError: naming the argument, the image and the shapes, for wrong shapes or types, an index out of range,
+            a query matched twice in one image, a class label outside [0, C) or a target box of negative size.
+        NonFiniteInputError: for a NaN or infinite logit, predicted box or target box.
+    """
+    _check_structure(logits, pred_boxes, indices, targets)
+    batch, queries, num_classes = logits.shape
+    device = logits.device
+    pair_counts = [len(pair[0]) for pair in indices]
+    target_counts = [len(target["class_labels"]) for target in targets]
+    # HF's matchers return CPU index tensors, its denoising indices are on the logits' device: concatenated where they
+    # are, moved once.
+    query = _cat_indices([pair[0] for pair in indices]).to(device)
+    target = _cat_indices([pair[1] for pair in indices]).to(device)
+    image = torch.arange(batch, device=device).repeat_interleave(
+        torch.tensor(pair_counts, dtype=torch.long, device=device), output_size=sum(pair_counts)
+    )
+    labels = torch.cat(
+        [torch.zeros(0, dtype=torch.long, device=device)] + [t["class_labels"].to(device) for t in targets]
+    )
+    boxes = torch.cat([pred_boxes.new_zeros(0, 4)] + [t["boxes"].to(device, pred_boxes.dtype) for t in targets])
+    counts = torch.tensor(target_counts, dtype=torch.long, device=device)
+    row = image * queries + query
+    sorted_rows = torch.sort(row).values
+
+    failed = torch.stack(
+        [
+            ((query < 0) | (query >= queries)).any(),
+            ((target < 0) | (target >= take_rows(counts, image))).any(),
+            (sorted_rows[1:] == sorted_rows[:-1]).any(),
+            ((labels < 0) | (labels >= num_classes)).any(),
+            (boxes[:, 2:] < 0).any(),
+            ~_all_finite(logits),
+            ~_all_finite(pred_boxes),
+            ~_all_finite(boxes),
+        ]
+    ).tolist()  # the one host synchronisation of the checks
+    if any(failed):
+        _raise_first_failure(failed, logits.shape, image, query, target, sorted_rows, labels, target_counts)
+    target_index = target + take_rows(torch.cumsum(counts, 0) - counts, image)
+    return MatchedQueries(
+        row, take_rows(labels, target_index), take_rows(boxes, target_index), batch * queries, num_classes
+    )
+
+
+def _all_finite(values: Tensor) -> Tensor:
+    """Whether no entry is NaN or infinite (the smallest and the largest entry carry any NaN or inf; no sum that a
+    half-precision tensor could overflow)."""
+    if values.numel() == 0:
+        return torch.ones((), dtype=torch.bool, device=values.device)
+    return torch.isfinite(torch.stack(torch.aminmax(values.detach().reshape(-1)))).all()
+
+
+def _cat_indices(parts: List[Tensor]) -> Tensor:
+    """The index tensors concatenated on the device of the first (moving any other there)."""
+    device = parts[0].device if parts else torch.device("cpu")
+    empty = torch.zeros(0, dtype=torch.long, device=device)
+    return torch.cat([empty] + [part.to(device, torch.long) for part in parts])
+
+
+def _shape(value: object) -> object:
+    return tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
+
+
+def _check_structure(logits: Tensor, pred_boxes: Tensor, indices: Indices, targets: Targets) -> None:
+    """Shapes, dtypes and lengths, without reading a value."""
+    if not isinstance(logits, Tensor) or logits.dim() != 3 or not logits.is_floating_point():
+        raise ValueError(f"logits must be a floating-point [B, Q, C] tensor, got {_shape(logits)}")
+    batch, queries, _ = logits.shape
+    if not isinstance(pred_boxes, Tensor) or tuple(pred_boxes.shape) != (batch, queries, 4):
+        raise ValueError(
+            f"pred_boxes must be [B, Q, 4] = [{batch}, {queries}, 4] as logits {tuple(logits.shape)}, "
+            f"got {_shape(pred_boxes)}"
+        )
+    if not pred_boxes.is_floating_point():
+        raise ValueError(f"pred_boxes must be floating-point, got {pred_boxes.dtype}")
+    if len(indices) != batch or len(targets) != batch:
+        raise ValueError(
+            f"indices and targets must have one entry per image of logits {tuple(logits.shape)}, "
+            f"got {len(indices)} and {len(targets)}"
+        )
+    for image, (pair, target) in enumerate(zip(indices, targets)):
+        if len(pair) != 2:
+            raise ValueError(f"indices[{image}] must be a pair (query indices, target indices), got {len(pair)} items")
+        for name, index in zip(("query", "target"), pair):
+            if not isinstance(index, Tensor) or index.dim() != 1 or index.is_floating_point() or index.is_complex():
+                raise ValueError(
+                    f"indices[{image}]: the {name} indices must be a 1-D integer tensor, got {_shape(index)}"
+                )
+        if len(pair[0]) != len(pair[1]):
+            raise ValueError(f"indices[{image}]: {len(pair[0])} query indices but {len(pair[1])} target indices")
+        if not isinstance(target, Mapping) or "class_labels" not in target or "boxes" not in target:
+            keys = sorted(target) if isinstance(target, Mapping) else type(target).__name__
+            raise ValueError(f"targets[{image}] must be a mapping with 'class_labels' and 'boxes', got {keys}")
+        labels, boxes = target["class_labels"], target["boxes"]
+        if not isinstance(labels, Tensor) or labels.dim() != 1 or labels.is_floating_point():
+            raise ValueError(f'targets[{image}]["class_labels"] must be a 1-D integer tensor, got {_shape(labels)}')
+        if not isinstance(boxes, Tensor) or tuple(boxes.shape) != (len(labels), 4):
+            raise ValueError(
+                f'targets[{image}]["boxes"] must be [T, 4] = [{len(labels)}, 4] as its "class_labels", '
+                f"got {_shape(boxes)}"
+            )
+
+
+def _raise_first_failure(
+    failed: List[bool],
+    shape: torch.Size,
+    image: Tensor,
+    query: Tensor,
+    target: Tensor,
+    sorted_rows: Tensor,
+    labels: Tensor,
+    target_counts: List[int],
+) -> None:
+    """The error of the first failed check of :func:`matched_queries`, naming the image (a few more host
+    synchronisations, on this path only)."""
+    query_range, target_range, repeated, label_range, negative_size, bad_logits, bad_pred, _ = failed
+    queries, num_classes = shape[1], shape[2]
+    if query_range or target_range:
+        bad = (
+            (query < 0) | (query >= queries)
+            if query_range
+            else (target < 0) | (target >= torch.tensor(target_counts, device=image.device)[image])
+        )
+        first = int(torch.nonzero(bad)[0, 0])
+        number = int(image[first])
+        if query_range:
+            raise ValueError(
+                f"indices[{number}]: query index {int(query[first])} out of range [0, Q = {queries}) of logits "
+                f"{tuple(shape)}"
+            )
+        raise ValueError(
+            f"indices[{number}]: target index {int(target[first])} out of range [0, {target_counts[number]}) of "
+            f'targets[{number}]["class_labels"] {(target_counts[number],)}'
+        )
+    if repeated:
+        row = int(sorted_rows[1:][sorted_rows[1:] == sorted_rows[:-1]][0])
+        raise ValueError(f"indices[{row // queries}]: query {row % queries} is matched more than once")
+    if label_range:
+        position = int(torch.nonzero((labels < 0) | (labels >= num_classes))[0, 0])
+        number = next(i for i, end in enumerate(torch.tensor(target_counts).cumsum(0).tolist()) if position < end)
+        raise ValueError(
+            f'targets[{number}]["class_labels"] holds class {int(labels[position])}, outside [0, C = {num_classes}) '
+            f"of logits {tuple(shape)}"
+        )
+    if negative_size:
+        raise ValueError('targets[...]["boxes"] holds a box of negative width or height (normalised cxcywh expected)')
+    name = "logits" if bad_logits else "pred_boxes" if bad_pred else 'targets[...]["boxes"]'
+    raise NonFiniteInputError(f"the set-prediction loss received a NaN or infinite value in {name}")
+
+
+class QueryBoxes:
+    """The boxes of a layer's queries as the criteria and the additive terms read them (a
+    :class:`~alrp_d2.criteria.PositiveSource`): the predicted box of every row (query) and the target box matched
+    to it; one pyramid level."""
+
+    num_levels = 1
+
+    def __init__(self, pred_boxes: Tensor, matched: MatchedQueries, pair_ious: Tensor):
+        """
+        Args:
+            pred_boxes: (B, Q, 4) the layer's predicted boxes, normalised cxcywh.
+            matched: the layer's matched pairs.
+            pair_ious: (P,) the IoU of each matched pair (detached).
+        """
+        self.pred_boxes = pred_boxes.reshape(-1, 4)
+        self.matched_boxes = pred_boxes.new_zeros(matched.num_rows, 4).index_copy_(0, matched.row, matched.target_boxes)
+        self.overlaps = pair_ious.new_zeros(matched.num_rows).index_copy_(0, matched.row, pair_ious.detach())
+
+    def decoded_boxes(self, positives: PositiveTargets) -> Tuple[Tensor, Tensor]:
+        rows = positives.row
+        return cxcywh_to_xyxy(take_rows(self.pred_boxes, rows)), cxcywh_to_xyxy(take_rows(self.matched_boxes, rows))
+
+    def encoded_box_loss(self, positives: PositiveTargets) -> Tensor:
+        """(P,) the L1 distance of the normalised cxcywh boxes, averaged over the four."""
+        rows = positives.row
+        return (take_rows(self.pred_boxes, rows) - take_rows(self.matched_boxes, rows)).abs().mean(dim=-1)
+
+    def row_overlaps(self) -> Tensor:
+        return self.overlaps
+
+    def levels(self, positives: PositiveTargets) -> Tensor:
+        return torch.zeros_like(positives.row)
+
+
+def pair_box_losses(pred_boxes: Tensor, matched: MatchedQueries) -> Tuple[Tensor, Tensor, Tensor]:
+    """(P,) each matched pair's L1 distance (summed over the four normalised cxcywh coordinates), 1 - GIoU and IoU
+    (detached) of its predicted box with its target box."""
+    predicted = take_rows(pred_boxes.reshape(-1, 4), matched.row)
+    l1 = (predicted - matched.target_boxes).abs().sum(dim=-1)
+    iou, giou = paired_iou_giou(cxcywh_to_xyxy(predicted), cxcywh_to_xyxy(matched.target_boxes), eps=BOX_EPS)
+    return l1, 1.0 - giou, iou.detach()
