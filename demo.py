@@ -47,6 +47,7 @@ from detectron2.utils.logger import setup_logger
 from detectron2.utils.visualizer import Visualizer
 from PIL import Image, UnidentifiedImageError
 
+from alrp_d2.argument_types import drawing_scale, score_threshold
 from alrp_d2.checkpoint import IncompatibleWeightsError, NonFiniteWeightsError, UnreadableCheckpointError
 from alrp_d2.config import setup_cfg
 from alrp_d2.data.dataset_classes import ClassesMismatchError, check_dataset_classes
@@ -239,10 +240,12 @@ def get_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--confidence-threshold",
-        type=float,
+        type=score_threshold,
         help="minimum score of a drawn detection without --lrp-thresholds (default 0.5)",
     )
-    parser.add_argument("--scale", type=float, default=1.0, help="size of the drawn images relative to the inputs")
+    parser.add_argument(
+        "--scale", type=drawing_scale, default=1.0, help="size of the drawn images relative to the inputs, in (0, 16]"
+    )
     add_dataset_argument(parser)
     parser.add_argument(
         "--allow-unsafe-config",

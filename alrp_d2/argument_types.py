@@ -28,7 +28,8 @@ def _float_in(low: float, high: float, low_inclusive: bool, meaning: str) -> Cal
             raise argparse.ArgumentTypeError(f"{text!r} is not a number ({meaning})") from None
         above = value >= low if low_inclusive else value > low
         if not (math.isfinite(value) and above and value <= high):
-            raise argparse.ArgumentTypeError(f"{text} is not a finite number in {opening}{low:g}, {high:g}] ({meaning})")
+            expected = f"a finite number in {opening}{low:g}, {high:g}]"
+            raise argparse.ArgumentTypeError(f"{text} is not {expected} ({meaning})")
         return value
 
     return parse

@@ -18,12 +18,12 @@ or height, which detectron2 drops from training.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from collections import Counter
 from typing import Any, Dict, List, Optional, Tuple
 
+from ..json_file import InvalidJsonError, load_json
 from .dataset_classes import duplicate_classes
 from .segmentation_check import segmentation_problem
 
@@ -192,12 +192,12 @@ def _check_annotations(
 
 def _read(json_file: str) -> Dict[str, Any]:
     try:
-        with open(json_file) as f:
-            content = json.load(f)
+        with open(json_file, "rb") as f:
+            content = load_json(f, json_file)
     except OSError as error:
         raise FileNotFoundError(f"cannot read the annotation file {json_file}: {error.strerror}") from error
-    except json.JSONDecodeError as error:
-        raise CocoJsonError(f"{json_file} is not valid JSON: {error}") from error
+    except InvalidJsonError as error:
+        raise CocoJsonError(str(error)) from error
     if not isinstance(content, dict):
         raise CocoJsonError(f"{json_file} must hold a COCO object with images, annotations and categories")
     return content

@@ -8,7 +8,6 @@ with their datasets' (:func:`check_same_classes`)."""
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import os
 from collections import Counter
@@ -18,6 +17,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from detectron2.config import CfgNode
 from detectron2.data import DatasetCatalog, MetadataCatalog
 from detectron2.modeling import META_ARCH_REGISTRY, GeneralizedRCNN
+
+from ..json_file import load_json
 
 __all__ = [
     "ClassesMismatchError",
@@ -116,8 +117,8 @@ def duplicate_classes(entries: Sequence[Tuple[int, str]]) -> List[str]:
 def _json_categories(json_file: str, modified: int, size: int) -> Tuple[Tuple[int, str], ...]:
     """(id, name) of the categories of a COCO annotation file sorted by id (detectron2's class
     order); cached per file version (``modified``, ``size``)."""
-    with open(json_file) as f:
-        content = json.load(f)
+    with open(json_file, "rb") as f:
+        content = load_json(f, json_file)
     categories = content.get("categories") if isinstance(content, dict) else None
     if not isinstance(categories, list) or not all(
         isinstance(c, dict) and {"id", "name"} <= set(c) for c in categories
