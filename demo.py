@@ -274,7 +274,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         cfg = setup_cfg(args.config_file, args.opts, allow_unsafe=args.allow_unsafe_config)
         cfg.freeze()
         register_user_datasets(args.dataset)  # for the class names only: not evaluated
-        check_dataset_classes(cfg)
+        check_dataset_classes(cfg, include_train=False, options="--opts (the number of classes of the weights)")
     except (FileNotFoundError, ValueError) as error:
         logger.error("%s", error)
         return 2
