@@ -52,6 +52,7 @@ from alrp_d2.checkpoint import IncompatibleWeightsError, NonFiniteWeightsError, 
 from alrp_d2.config import setup_cfg
 from alrp_d2.data.dataset_classes import ClassesMismatchError, check_dataset_classes
 from alrp_d2.data.image_errors import high_bit_depth_error
+from alrp_d2.data.image_size import ImageSizeError
 from alrp_d2.data.user_datasets import add_dataset_argument, register_user_datasets
 from alrp_d2.evaluation import AlrpPredictor, LRPThresholdPredictor
 from alrp_d2.safe_pickle import UnsafePickleError
@@ -184,7 +185,11 @@ def _draw_one(path: str, target: str, predict: Predict, metadata: Metadata, scal
         raise _InputError("not an image file (or in a format PIL cannot read)") from error
     except Exception as error:  # PIL raises OSError, ValueError, SyntaxError, struct.error, ... on damaged files
         raise _InputError(f"cannot read the image ({type(error).__name__}: {error})") from error
-    drawing = draw_detections(image, predict(image), metadata, scale)
+    try:
+        detections = predict(image)
+    except ImageSizeError as error:
+        raise _InputError(str(error)) from error
+    drawing = draw_detections(image, detections, metadata, scale)
     try:
         Image.fromarray(drawing).save(target)
     except (OSError, ValueError) as error:

@@ -10,6 +10,8 @@ from typing import Any, Callable, Dict, Optional, Set
 from detectron2.data.detection_utils import SizeMismatchError
 from PIL import Image
 
+from .image_size import ImageSizeError, resize_problem
+
 __all__ = [
     "UnreadableImageError",
     "ImageErrorGuard",
@@ -89,8 +91,10 @@ class ImageErrorGuard:
     mapper fails on a dict whose image cannot be decoded, raises :class:`UnreadableImageError`
     naming the file, or with ``skip`` returns None (detectron2's and alrp_d2's loaders then take
     another sample), warning once per file with the running count. detectron2's image-size mismatch
-    with the JSON gets a hint when the image's EXIF orientation rotates it (:func:`exif_rotation_hint`);
-    other errors propagate unchanged. ``training`` picks the
+    with the JSON gets a hint when the image's EXIF orientation rotates it (:func:`exif_rotation_hint`); a
+    failure on an image whose aspect ratio the mapper's resize cannot take (a side of 0 pixels) raises
+    :class:`~alrp_d2.data.image_size.ImageSizeError` naming the file and the sizes; other errors propagate
+    unchanged. ``training`` picks the
     hint of the error (evaluation never skips)."""
 
     def __init__(self, mapper: Mapper, skip: bool = False, training: bool = True):
@@ -101,6 +105,15 @@ class ImageErrorGuard:
         self.hint = TRAINING_HINT if training else EVALUATION_HINT
         self.skipped: Set[str] = set()
         self.eight_bit: Set[str] = set()  # files whose header was read once: not opened again for it
+
+    def _resize_problem(self, dataset_dict: Dict[str, Any]) -> str:
+        """Why the mapper's resizes cannot take the image of ``dataset_dict`` (its size from the annotations), or
+        "" (:func:`~alrp_d2.data.image_size.resize_problem`)."""
+        augmentations = getattr(getattr(self.mapper, "augmentations", None), "augs", ())
+        height, width = dataset_dict.get("height"), dataset_dict.get("width")
+        if not (isinstance(height, int) and isinstance(width, int) and height > 0 and width > 0):
+            return ""
+        return resize_problem(augmentations, height, width)
 
     def __call__(self, dataset_dict: Dict[str, Any]) -> Optional[Dict[str, Any]]:
         file_name = dataset_dict.get("file_name", "")
@@ -120,6 +133,9 @@ class ImageErrorGuard:
             except Exception as error:
                 reason = image_read_error(file_name) if file_name else None
                 if reason is None:
+                    size_problem = self._resize_problem(dataset_dict)
+                    if size_problem:
+                        raise ImageSizeError(f"{file_name or 'an image'}: {size_problem}") from error
                     raise
                 cause = error
         if not self.skip:
