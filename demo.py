@@ -17,10 +17,12 @@ otherwise when it reaches ``--confidence-threshold``. Detections below the confi
 SCORE_THRESH_TEST are never produced.
 
 An input that is missing, is not a regular file (a FIFO, a device), cannot be read (also a
-decompression bomb: more than twice PIL's ``Image.MAX_IMAGE_PIXELS``) or written is reported and
+decompression bomb: more than twice PIL's ``Image.MAX_IMAGE_PIXELS``), has so extreme an aspect
+ratio that the test-time resize would make a side 0 pixels, or cannot be written is reported and
 skipped; the model is not
 loaded when no input names an image. Exit status: 0 when every input was drawn, 1 when some input
-failed, 2 for a usage error, an unusable config, threshold file or dataset, or weights that cannot
+failed, 2 for a usage error (e.g. ``--scale`` outside (0, 16], ``--confidence-threshold`` outside
+[0, 1] or NaN), an unusable config, threshold file or dataset, or weights that cannot
 be read safely, do not fit the config, hold NaN or infinite values, or were trained on other classes
 than the first dataset of DATASETS.TEST (nothing drawn). A threshold file must be the one the
 evaluator wrote for these weights (it records the model, the task and the classes).

@@ -118,7 +118,8 @@ def get_parser() -> argparse.ArgumentParser:
         default=DEFAULT_DIST_TIMEOUT_S,
         metavar="SECONDS",
         help="a distributed run ends with an error when a machine has not started or a rank has not answered for "
-        f"this long (default {DEFAULT_DIST_TIMEOUT_S}: 10 minutes; raise it when rank 0's evaluation takes longer)",
+        f"this long (default {DEFAULT_DIST_TIMEOUT_S}: 10 minutes; raise it when rank 0's evaluation takes longer; "
+        "at most a week)",
     )
     return parser
 

@@ -30,6 +30,7 @@ from alrp_d2.data.coco_json_check import CocoJsonError, check_coco_json
 from alrp_d2.data.dataset_classes import dataset_classes
 from alrp_d2.data.image_errors import ImageErrorGuard
 from alrp_d2.data.image_size import ImageSizeError
+from alrp_d2.data.segmentation_check import coordinate_bounds
 from alrp_d2.engine.machine_agreement import run_description
 from alrp_d2.evaluation import AlrpPredictor, COCOLRPEvaluator, load_lrp_thresholds
 from alrp_d2.evaluation.coco_lrp_evaluation import NonFiniteDetectionsError
@@ -75,8 +76,10 @@ def test_polygons_within_the_bounds_rasterise_under_the_memory_cap():
     in a capped process."""
     from pycocotools import mask as mask_util
 
+    x_low, y_low, x_high, y_high = coordinate_bounds(SIZE, SIZE)
+
     def rasterise():
-        polygon = [-SIZE, -SIZE, 2 * SIZE, -SIZE, 2 * SIZE, 2 * SIZE, -SIZE, 2 * SIZE]
+        polygon = [x_low, y_low, x_high, y_low, x_high, y_high, x_low, y_high]
         return int(mask_util.decode(mask_util.frPyObjects([polygon], SIZE, SIZE)).sum())
 
     assert run_bounded(rasterise).value == str(SIZE * SIZE)
