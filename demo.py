@@ -248,7 +248,7 @@ def get_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--confidence-threshold",
         type=score_threshold,
-        help="minimum score of a drawn detection without --lrp-thresholds (default 0.5)",
+        help="minimum score of a drawn detection without --lrp-thresholds, in [0, 1] (default 0.5)",
     )
     parser.add_argument(
         "--scale", type=drawing_scale, default=1.0, help="size of the drawn images relative to the inputs, in (0, 16]"
