@@ -12,10 +12,12 @@ import math
 import pickle
 import uuid
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from detectron2.config import LazyConfig
 from detectron2.data import DatasetCatalog
 from detectron2.data.datasets import register_coco_instances
 from detectron2.structures import Boxes, Instances
@@ -31,6 +33,7 @@ from alrp_d2.data.dataset_classes import dataset_classes
 from alrp_d2.data.image_errors import ImageErrorGuard
 from alrp_d2.data.image_size import ImageSizeError
 from alrp_d2.data.segmentation_check import coordinate_bounds
+from alrp_d2.engine.lazy_trainer import lazy_test
 from alrp_d2.engine.machine_agreement import run_description
 from alrp_d2.evaluation import AlrpPredictor, COCOLRPEvaluator, load_lrp_thresholds
 from alrp_d2.evaluation.coco_lrp_evaluation import NonFiniteDetectionsError
@@ -289,6 +292,29 @@ def test_demo_reports_an_image_of_extreme_aspect_ratio_and_draws_the_others(tmp_
     assert [(entry.split("/")[-1], "aspect ratio 1333:1" in reason) for entry, reason in failed] == [
         ("a_strip.png", True)
     ]
+
+
+def test_a_lazyconfig_evaluation_names_an_image_of_extreme_aspect_ratio(tmp_path):
+    """The LazyConfig path's test loader has the YAML path's guard (its resize: short side 128, long side <= 128)."""
+    path = tmp_path / "strip.png"
+    Image.fromarray(np.zeros((3, 4000, 3), np.uint8)).save(path)
+    content = json.loads(Path(coco_file(tmp_path, image_size=(4000, 3), bbox=(10, 0, 40, 3))).read_text())
+    content["images"][0]["file_name"] = path.name
+    content["categories"] = [{"id": i, "name": f"class {i}"} for i in range(1, 6)]  # the quickstart model's 5
+    json_file = tmp_path / "strip.json"
+    json_file.write_text(json.dumps(content))
+    name = f"strip_{uuid.uuid4().hex[:8]}"
+    register_coco_instances(name, {}, str(json_file), str(tmp_path))
+    try:
+        cfg = LazyConfig.load("configs/quickstart/alrp_retinanet_shapes.py")
+        cfg.dataloader.test.dataset.names = name
+        cfg.dataloader.test.num_workers = 0
+        cfg.train.output_dir = str(tmp_path / "out")
+        message = rf"{path}: an image of 4000 x 3 pixels \(aspect ratio 1333:1\) would be resized to 128 x 0 pixels"
+        with pytest.raises(ImageSizeError, match=message):
+            lazy_test(cfg, torch.nn.Linear(1, 1))  # the loader fails before the model is called
+    finally:
+        DatasetCatalog.remove(name)
 
 
 def test_an_exif_rotated_image_with_the_unrotated_size_gets_a_hint(tmp_path):
