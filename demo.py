@@ -17,10 +17,12 @@ otherwise when it reaches ``--confidence-threshold``. Detections below the confi
 SCORE_THRESH_TEST are never produced.
 
 An input that is missing, is not a regular file (a FIFO, a device), cannot be read (also a
-decompression bomb: more than twice PIL's ``Image.MAX_IMAGE_PIXELS``) or written is reported and
+decompression bomb: more than twice PIL's ``Image.MAX_IMAGE_PIXELS``), has so extreme an aspect
+ratio that the test-time resize would make a side 0 pixels, or cannot be written is reported and
 skipped; the model is not
 loaded when no input names an image. Exit status: 0 when every input was drawn, 1 when some input
-failed, 2 for a usage error, an unusable config, threshold file or dataset, or weights that cannot
+failed, 2 for a usage error (e.g. ``--scale`` outside (0, 16], ``--confidence-threshold`` outside
+[0, 1] or NaN), an unusable config, threshold file or dataset, or weights that cannot
 be read safely, do not fit the config, hold NaN or infinite values, or were trained on other classes
 than the first dataset of DATASETS.TEST (nothing drawn). A threshold file must be the one the
 evaluator wrote for these weights (it records the model, the task and the classes).
@@ -47,10 +49,12 @@ from detectron2.utils.logger import setup_logger
 from detectron2.utils.visualizer import Visualizer
 from PIL import Image, UnidentifiedImageError
 
+from alrp_d2.argument_types import drawing_scale, score_threshold
 from alrp_d2.checkpoint import IncompatibleWeightsError, NonFiniteWeightsError, UnreadableCheckpointError
 from alrp_d2.config import setup_cfg
 from alrp_d2.data.dataset_classes import ClassesMismatchError, check_dataset_classes
 from alrp_d2.data.image_errors import high_bit_depth_error
+from alrp_d2.data.image_size import ImageSizeError
 from alrp_d2.data.user_datasets import add_dataset_argument, register_user_datasets
 from alrp_d2.evaluation import AlrpPredictor, LRPThresholdPredictor
 from alrp_d2.safe_pickle import UnsafePickleError
@@ -183,7 +187,11 @@ def _draw_one(path: str, target: str, predict: Predict, metadata: Metadata, scal
         raise _InputError("not an image file (or in a format PIL cannot read)") from error
     except Exception as error:  # PIL raises OSError, ValueError, SyntaxError, struct.error, ... on damaged files
         raise _InputError(f"cannot read the image ({type(error).__name__}: {error})") from error
-    drawing = draw_detections(image, predict(image), metadata, scale)
+    try:
+        detections = predict(image)
+    except ImageSizeError as error:
+        raise _InputError(str(error)) from error
+    drawing = draw_detections(image, detections, metadata, scale)
     try:
         Image.fromarray(drawing).save(target)
     except (OSError, ValueError) as error:
@@ -239,10 +247,12 @@ def get_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--confidence-threshold",
-        type=float,
-        help="minimum score of a drawn detection without --lrp-thresholds (default 0.5)",
+        type=score_threshold,
+        help="minimum score of a drawn detection without --lrp-thresholds, in [0, 1] (default 0.5)",
     )
-    parser.add_argument("--scale", type=float, default=1.0, help="size of the drawn images relative to the inputs")
+    parser.add_argument(
+        "--scale", type=drawing_scale, default=1.0, help="size of the drawn images relative to the inputs, in (0, 16]"
+    )
     add_dataset_argument(parser)
     parser.add_argument(
         "--allow-unsafe-config",
@@ -271,7 +281,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         cfg = setup_cfg(args.config_file, args.opts, allow_unsafe=args.allow_unsafe_config)
         cfg.freeze()
         register_user_datasets(args.dataset)  # for the class names only: not evaluated
-        check_dataset_classes(cfg)
+        check_dataset_classes(cfg, include_train=False, options="--opts (the number of classes of the weights)")
     except (FileNotFoundError, ValueError) as error:
         logger.error("%s", error)
         return 2

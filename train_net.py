@@ -34,6 +34,7 @@ from detectron2.engine import default_argument_parser, default_setup, launch
 from detectron2.evaluation import verify_results
 from detectron2.utils import comm
 
+from alrp_d2.argument_types import dist_timeout_seconds
 from alrp_d2.checkpoint import LAST_CHECKPOINT, AlrpCheckpointer, check_weights_classes
 from alrp_d2.config import setup_cfg
 from alrp_d2.data import SHAPES_DATASETS, register_shapes_datasets
@@ -113,11 +114,12 @@ def get_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--dist-timeout",
-        type=float,
+        type=dist_timeout_seconds,
         default=DEFAULT_DIST_TIMEOUT_S,
         metavar="SECONDS",
         help="a distributed run ends with an error when a machine has not started or a rank has not answered for "
-        f"this long (default {DEFAULT_DIST_TIMEOUT_S}: 10 minutes; raise it when rank 0's evaluation takes longer)",
+        f"this long (default {DEFAULT_DIST_TIMEOUT_S}: 10 minutes; raise it when rank 0's evaluation takes longer; "
+        "at most a week)",
     )
     return parser
 

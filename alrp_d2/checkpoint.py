@@ -16,7 +16,9 @@
   (:func:`check_weights_classes`); weights without the record (earlier versions, other sources)
   load with one warning.
 - ``.pkl`` weights are read by an unpickler that builds nothing but arrays and containers
-  (:func:`~alrp_d2.safe_pickle.load_weights_pickle`); ``.pth`` files by torch's ``weights_only`` loader.
+  (:func:`~alrp_d2.safe_pickle.load_weights_pickle`), and must hold numeric arrays; ``.pth`` files by torch's
+  ``weights_only`` loader, after the sizes their archive declares are checked
+  (:func:`~alrp_d2.checkpoint_archive.check_archive_sizes`: no decompression bomb).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from fvcore.common.checkpoint import _filter_reused_missing_keys, _IncompatibleK
 from torch.nn.parallel import DistributedDataParallel
 
 from .atomic_write import write_atomically
+from .checkpoint_archive import check_archive_sizes
 from .data.dataset_classes import DatasetClasses, check_same_classes, classes_from_record, classes_record
 from .safe_pickle import UnsafePickleError, load_weights_pickle
 
@@ -143,10 +146,32 @@ def _weights_from_pickle(data: Any, path: str) -> Dict[str, Any]:
     if not isinstance(data, dict):
         raise UnreadableCheckpointError(f"{path} holds a {type(data).__name__}, not a dict of weights")
     if "model" in data and "__author__" in data:
+        _check_numeric_arrays(data["model"], path)
         return data
     arrays = data.get("blobs", data)
     weights = {name: value for name, value in arrays.items() if not name.endswith("_momentum")}
+    _check_numeric_arrays(weights, path)
     return {"model": weights, "__author__": "Caffe2", "matching_heuristics": True}
+
+
+NUMERIC_KINDS = "biuf"  # numpy dtype kinds of weights: bool, signed and unsigned integers, floats
+
+
+def _check_numeric_arrays(weights: Any, path: str) -> None:
+    """Raises :class:`UnreadableCheckpointError` naming the entries of ``weights`` (a ``.pkl`` file's
+    dict of arrays) that are arrays of objects, strings or records: torch cannot make tensors of them."""
+    if not isinstance(weights, dict):
+        raise UnreadableCheckpointError(f"{path}: its weights are a {type(weights).__name__}, not a dict of arrays")
+    other = [
+        f"{name} ({value.dtype})"
+        for name, value in weights.items()
+        if isinstance(value, np.ndarray) and value.dtype.kind not in NUMERIC_KINDS
+    ]
+    if other:
+        raise UnreadableCheckpointError(
+            f"{path} has {len(other)} array(s) of objects, strings or records, which are not weights (numbers):\n"
+            f"{_rows(other)}"
+        )
 
 
 class AlrpCheckpointer(DetectionCheckpointer):
@@ -311,6 +336,7 @@ class AlrpCheckpointer(DetectionCheckpointer):
             if filename.endswith(".pkl"):
                 with PathManager.open(filename, "rb") as f:
                     return _weights_from_pickle(load_weights_pickle(f, filename), filename)
+            check_archive_sizes(filename)
             return super()._load_file(filename)
         except (UnsafePickleError, UnreadableCheckpointError):
             raise

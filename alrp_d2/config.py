@@ -230,6 +230,9 @@ FINITE_FLOAT_NODES = ("MODEL.ALRP", "INPUT.SSD", "MODEL.FOVEABOX", "MODEL.FCOS")
 FINITE_FLOAT_KEYS = ("MODEL.ANCHOR_GENERATOR.OCTAVE_BASE_SCALE",)
 # Solver periods that must be positive integers (0 divides by zero or never ends in detectron2 / fvcore).
 POSITIVE_SOLVER_KEYS = ("MAX_ITER", "CHECKPOINT_PERIOD", "LOG_PERIOD")
+#: MODEL.ALRP.LOC_WEIGHT's range: a smaller weight leaves the boxes untrained (1e-300 is 0 in float32), a larger one
+#: drowns the classification loss.
+LOC_WEIGHT_RANGE = (1e-6, 1e6)
 
 
 class UnsafeConfigError(ValueError):
@@ -378,6 +381,19 @@ def _validate_solver_periods(cfg: CN) -> None:
         )
 
 
+def _validate_localisation_weight(alrp: CN) -> None:
+    """MODEL.ALRP.SB_ENABLED is a bool (None would silently mean False) and LOC_WEIGHT in :data:`LOC_WEIGHT_RANGE`."""
+    require_config(isinstance(alrp.SB_ENABLED, bool), "MODEL.ALRP.SB_ENABLED", alrp.SB_ENABLED, "must be True or False")
+    low, high = LOC_WEIGHT_RANGE
+    weight = alrp.LOC_WEIGHT
+    require_config(
+        isinstance(weight, (int, float)) and not isinstance(weight, bool) and low <= weight <= high,
+        "MODEL.ALRP.LOC_WEIGHT",
+        weight,
+        f"must be a number in [{low:g}, {high:g}] (the constant localisation weight when SB_ENABLED is False)",
+    )
+
+
 def validate_alrp_config(cfg: CN) -> None:
     """Raises ValueError naming the key of the first invalid aLRP setting: every float of our keys
     is finite, the solver periods are positive, and the keys read by the data, the backbone and the self-balance
@@ -387,6 +403,7 @@ def validate_alrp_config(cfg: CN) -> None:
     _validate_solver_periods(cfg)
     _validate_network_keys(cfg)
     alrp = cfg.MODEL.ALRP
+    _validate_localisation_weight(alrp)
     require_integer("MODEL.ALRP.SB_PERIOD", alrp.SB_PERIOD, 0, " (0: one epoch)")
     require_config(alrp.RANKING in RANKINGS, "MODEL.ALRP.RANKING", alrp.RANKING, f"must be one of {RANKINGS}")
     require_config(

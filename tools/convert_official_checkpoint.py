@@ -47,6 +47,7 @@ from detectron2.config import CfgNode  # noqa: E402
 from detectron2.data.datasets.builtin_meta import COCO_CATEGORIES  # noqa: E402
 from detectron2.modeling import META_ARCH_REGISTRY  # noqa: E402
 
+from alrp_d2.checkpoint_archive import ArchiveSizeError, check_archive_sizes  # noqa: E402
 from alrp_d2.config import setup_cfg  # noqa: E402
 
 AUTHOR = "kemaloksuz/aLRPLoss (mmdetection 2.1), converted by tools/convert_official_checkpoint.py"
@@ -177,41 +178,54 @@ OFFICIAL_MODELS: Tuple[OfficialModel, ...] = (
 
 
 #: Bounds on what a checkpoint's config text may make the converter build (the published ones: ~10 KB, ranges of
-#: a few elements): every value is a literal of the text or a range of at most MAX_RANGE_LENGTH numbers.
+#: a few elements): every value is a literal of the text, or ``range(...)``; the numbers of all the ranges of one
+#: text together are at most MAX_RANGE_NUMBERS.
 MAX_CONFIG_TEXT = 1_000_000
-MAX_RANGE_LENGTH = 10_000
+MAX_RANGE_NUMBERS = 10_000
 
 
-def _range(node: ast.Call) -> List[int]:
-    arguments = [_literal(arg) for arg in node.args]
-    if node.keywords or not 1 <= len(arguments) <= 3 or not all(type(a) is int for a in arguments):
-        raise ValueError(f"range() takes 1 to 3 integers, got {ast.unparse(node)}")
-    numbers = range(*arguments)
-    if len(numbers) > MAX_RANGE_LENGTH:
-        raise ValueError(f"{ast.unparse(node)} has {len(numbers)} elements (at most {MAX_RANGE_LENGTH} are read)")
-    return list(numbers)
+class _LiteralReader:
+    """Reads config expressions (:meth:`value`) with one budget of range numbers for the whole text."""
 
+    def __init__(self) -> None:
+        self.range_numbers = 0
 
-def _literal(node: ast.AST) -> Any:
-    """The value of a config expression: literals, and ``dict(...)`` calls as mmcv's pretty_text writes them, and
-    ``range(...)`` of at most MAX_RANGE_LENGTH numbers."""
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "dict" and not node.args:
-        return {keyword.arg: _literal(keyword.value) for keyword in node.keywords}
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "range":
-        return _range(node)
-    if isinstance(node, ast.Dict):
-        return {_literal(k): _literal(v) for k, v in zip(node.keys, node.values)}
-    if isinstance(node, (ast.List, ast.Tuple)):
-        return [_literal(element) for element in node.elts]
-    try:
-        return ast.literal_eval(node)
-    except ValueError:
-        raise ValueError(f"{ast.unparse(node)[:80]} is not a literal (literals, dict() and range() are read)") from None
+    def _range(self, node: ast.Call) -> List[int]:
+        arguments = [self.value(arg) for arg in node.args]
+        if node.keywords or not 1 <= len(arguments) <= 3 or not all(type(a) is int for a in arguments):
+            raise ValueError(f"range() takes 1 to 3 integers, got {ast.unparse(node)}")
+        numbers = range(*arguments)
+        self.range_numbers += len(numbers)
+        if self.range_numbers > MAX_RANGE_NUMBERS:
+            raise ValueError(
+                f"{ast.unparse(node)[:80]} brings the numbers of the text's ranges to {self.range_numbers} (at most "
+                f"{MAX_RANGE_NUMBERS} are read in all)"
+            )
+        return list(numbers)
+
+    def value(self, node: ast.AST) -> Any:
+        """The value of a config expression: literals, and ``dict(...)`` calls as mmcv's pretty_text writes them,
+        and ``range(...)`` within the text's budget."""
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "dict" and not node.args:
+            return {keyword.arg: self.value(keyword.value) for keyword in node.keywords}
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "range":
+            return self._range(node)
+        if isinstance(node, ast.Dict):
+            return {self.value(k): self.value(v) for k, v in zip(node.keys, node.values)}
+        if isinstance(node, (ast.List, ast.Tuple)):
+            return [self.value(element) for element in node.elts]
+        try:
+            return ast.literal_eval(node)
+        except ValueError:
+            raise ValueError(
+                f"{ast.unparse(node)[:80]} is not a literal (literals, dict() and range() are read)"
+            ) from None
 
 
 def parse_config_text(text: str) -> Dict[str, Any]:
     """The top-level assignments of an mmdetection config text (``meta["config"]``) as nested dicts; a text of
-    more than MAX_CONFIG_TEXT characters is refused (nothing larger than the text is built from it)."""
+    more than MAX_CONFIG_TEXT characters is refused, and so are ranges of more than MAX_RANGE_NUMBERS numbers in
+    all (nothing much larger than the text is built from it)."""
     if len(text) > MAX_CONFIG_TEXT:
         raise ConversionError(
             f'meta["config"] of the checkpoint has {len(text)} characters: not an mmdetection config text '
@@ -224,12 +238,13 @@ def parse_config_text(text: str) -> Dict[str, Any]:
             f'meta["config"] of the checkpoint is not an mmdetection config text: {type(error).__name__}: {error}'
         ) from error
     config: Dict[str, Any] = {}
+    reader = _LiteralReader()
     for statement in module.body:
         if isinstance(statement, ast.Assign) and len(statement.targets) == 1:
             target = statement.targets[0]
             if isinstance(target, ast.Name):
                 try:
-                    config[target.id] = _literal(statement.value)
+                    config[target.id] = reader.value(statement.value)
                 except (ValueError, TypeError, SyntaxError, RecursionError) as error:
                     raise ConversionError(f'meta["config"]: cannot read the value of {target.id}: {error}') from error
     return config
@@ -505,9 +520,12 @@ def convert_state_dict(official: Mapping[str, Tensor], cfg: CfgNode) -> Dict[str
 def load_official_checkpoint(path: str) -> Tuple[Dict[str, Tensor], Dict[str, Any]]:
     """(state_dict, meta) of an mmcv checkpoint; a bare state dict has empty meta."""
     try:
+        check_archive_sizes(path)
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError as error:
         raise ConversionError(f"{path}: no such file") from error
+    except ArchiveSizeError as error:
+        raise ConversionError(str(error)) from error
     except Exception as error:  # torch raises several types for files that are no checkpoint
         raise ConversionError(f"{path} is not a torch checkpoint of tensors: {error}") from error
     if isinstance(checkpoint, Mapping) and "state_dict" in checkpoint:

@@ -12,20 +12,24 @@ or with a zero width or height (no detection could ever match it); a segmentatio
 rasterised safely or would give an empty mask (:mod:`.segmentation_check`: polygons of finite
 numbers, even length >= 6, overlapping the image and the box; RLE of the image's size with valid
 counts) and, for a mask model, an annotation without one.
-Counted warning (detectron2's behaviour kept): in a training-only dataset, boxes with a zero width
-or height, which detectron2 drops from training.
+A box that does not overlap its image, or reaches more than one image size beyond it
+(:func:`~.segmentation_check.coordinate_bounds`, e.g. ``[500, 500, 20, 20]`` in a 96 px image or
+``[10, 10, 1e30, 20]``), is an error in an evaluated dataset (no detection could match it).
+Counted warnings (detectron2's behaviour kept): in a training-only dataset, boxes with a zero width
+or height, which detectron2 drops from training, and boxes outside their image as above, which
+detectron2 clips to the image (dropping those left empty).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from collections import Counter
 from typing import Any, Dict, List, Optional, Tuple
 
+from ..json_file import InvalidJsonError, load_json
 from .dataset_classes import duplicate_classes
-from .segmentation_check import segmentation_problem
+from .segmentation_check import coordinate_bounds, segmentation_problem
 
 __all__ = ["CocoJsonError", "check_coco_json", "check_coco_segmentations"]
 
@@ -121,18 +125,47 @@ def _check_images(content: Dict[str, Any], problems: List[str]) -> ImageSizes:
     return sizes
 
 
-def _bbox_problem(bbox: Any, evaluated: bool) -> Tuple[str, bool]:
-    """(the problem of ``bbox`` or "", whether it is a zero-size box that training may drop)."""
+ZERO_SIZE, OUTSIDE = "zero-size", "outside"  # the kinds of boxes a training set may keep, with a counted warning
+KEPT_BOXES = {
+    ZERO_SIZE: "with a zero width or height, which detectron2 drops from training",
+    OUTSIDE: "with a box outside its image or reaching more than one image size beyond it, which detectron2 clips "
+    "to the image for training (dropping the boxes left empty)",
+}
+
+
+def _outside_image(bbox: List[float], size: Optional[Tuple[int, int]]) -> str:
+    """Why the box [x, y, width, height] lies outside its image of ``size`` (width, height), or ""."""
+    if size is None:
+        return ""
+    width, height = size
+    x1, y1, x2, y2 = bbox[0], bbox[1], bbox[0] + bbox[2], bbox[1] + bbox[3]
+    if min(x2, width) <= max(x1, 0) or min(y2, height) <= max(y1, 0):
+        return f"bbox {bbox!r} does not overlap its {width} x {height} image"
+    x_low, y_low, x_high, y_high = coordinate_bounds(width, height)
+    if x1 < x_low or y1 < y_low or x2 > x_high or y2 > y_high:
+        return (
+            f"bbox {bbox!r} reaches more than one image size beyond its {width} x {height} image (x in "
+            f"[{x_low}, {x_high}], y in [{y_low}, {y_high}])"
+        )
+    return ""
+
+
+def _bbox_problem(bbox: Any, evaluated: bool, size: Optional[Tuple[int, int]] = None) -> Tuple[str, str]:
+    """(the problem of ``bbox`` in an image of ``size`` (width, height; None: unknown) or "", the kind of box that
+    a training set keeps with a counted warning (:data:`ZERO_SIZE`, :data:`OUTSIDE`) or "")."""
     if not isinstance(bbox, list) or len(bbox) != 4 or not all(_is_number(v) for v in bbox):
-        return f"bbox must be 4 numbers [x, y, width, height], got {bbox!r}", False
+        return f"bbox must be 4 numbers [x, y, width, height], got {bbox!r}", ""
     if not all(math.isfinite(v) for v in bbox):
-        return f"bbox {bbox!r} is not finite", False
+        return f"bbox {bbox!r} is not finite", ""
     if bbox[2] < 0 or bbox[3] < 0:
-        return f"bbox {bbox!r} has a negative width or height", False
+        return f"bbox {bbox!r} has a negative width or height", ""
     if bbox[2] == 0 or bbox[3] == 0:
         problem = f"bbox {bbox!r} has a zero width or height (no detection can match it in evaluation)"
-        return (problem, False) if evaluated else ("", True)
-    return "", False
+        return (problem, "") if evaluated else ("", ZERO_SIZE)
+    outside = _outside_image(bbox, size)
+    if outside:
+        return (f"{outside} (no detection can match it in evaluation)", "") if evaluated else ("", OUTSIDE)
+    return "", ""
 
 
 def _segmentation_problem(entry: Dict[str, Any], images: ImageSizes, masks: bool) -> str:
@@ -148,13 +181,13 @@ def _segmentation_problem(entry: Dict[str, Any], images: ImageSizes, masks: bool
 
 def _check_annotation(
     entry: Any, label: str, images: ImageSizes, category_ids: set, evaluated: bool, masks: bool, problems: List[str]
-) -> bool:
-    """Appends the problems of one annotation; returns whether it is a zero-size training box."""
+) -> str:
+    """Appends the problems of one annotation; returns the kind of box a training set keeps with a warning, or ""."""
     required = ("id", "image_id", "category_id", "bbox") + (("area", "iscrowd") if evaluated else ())
     missing = _missing_keys(entry, required)
     if missing:
         problems.append(f"{label}: missing {missing}" + (" (COCO evaluation needs area and iscrowd)" * evaluated))
-        return False
+        return ""
     where = f"{label} (image id {entry['image_id']!r})"
     if not _is_id(entry["image_id"]) or entry["image_id"] not in images:
         problems.append(f"{where}: no image with this id in 'images'")
@@ -166,38 +199,42 @@ def _check_annotation(
         problems.append(f"{where}: area must be a finite number >= 0, got {entry['area']!r}")
     if entry.get("ignore", 0):
         problems.append(f"{where}: 'ignore' is not supported by detectron2 (use iscrowd)")
-    problem, zero_size = _bbox_problem(entry["bbox"], evaluated)
+    size = images.get(entry["image_id"]) if _is_id(entry["image_id"]) else None
+    problem, kept = _bbox_problem(entry["bbox"], evaluated, size)
     if problem:
         problems.append(f"{where}: {problem}")
     problem = _segmentation_problem(entry, images, masks)
     if problem:
         problems.append(f"{where}: {problem}")
-    return zero_size
+    return kept
 
 
 def _check_annotations(
     content: Dict[str, Any], images: ImageSizes, category_ids: set, evaluated: bool, masks: bool, problems: List[str]
-) -> List[str]:
-    """Appends the problems of the annotations; returns the labels of zero-size training boxes."""
-    ids, zero_size = [], []
+) -> Dict[str, List[str]]:
+    """Appends the problems of the annotations; returns the labels of the boxes a training set keeps with a warning,
+    by kind (:data:`ZERO_SIZE`, :data:`OUTSIDE`)."""
+    ids: List[Any] = []
+    kept: Dict[str, List[str]] = {ZERO_SIZE: [], OUTSIDE: []}
     for index, entry in enumerate(_listed(content.get("annotations"), "annotations", problems, required=False)):
         label = _label("annotation", entry, index)
         if isinstance(entry, dict) and _is_id(entry.get("id")):
             ids.append(entry["id"])
-        if _check_annotation(entry, label, images, category_ids, evaluated, masks, problems):
-            zero_size.append(label)
+        kind = _check_annotation(entry, label, images, category_ids, evaluated, masks, problems)
+        if kind:
+            kept[kind].append(label)
     _duplicates(ids, "annotation", problems)
-    return zero_size
+    return kept
 
 
 def _read(json_file: str) -> Dict[str, Any]:
     try:
-        with open(json_file) as f:
-            content = json.load(f)
+        with open(json_file, "rb") as f:
+            content = load_json(f, json_file)
     except OSError as error:
         raise FileNotFoundError(f"cannot read the annotation file {json_file}: {error.strerror}") from error
-    except json.JSONDecodeError as error:
-        raise CocoJsonError(f"{json_file} is not valid JSON: {error}") from error
+    except InvalidJsonError as error:
+        raise CocoJsonError(str(error)) from error
     if not isinstance(content, dict):
         raise CocoJsonError(f"{json_file} must hold a COCO object with images, annotations and categories")
     return content
@@ -220,13 +257,11 @@ def check_coco_json(json_file: str, evaluated: bool = False, masks: bool = False
     problems: List[str] = []
     categories = _check_categories(content, problems)
     images = _check_images(content, problems)
-    zero_size = _check_annotations(content, images, {i for i, _ in categories}, evaluated, masks, problems)
+    kept = _check_annotations(content, images, {i for i, _ in categories}, evaluated, masks, problems)
     _raise_problems(json_file, problems)
-    if zero_size:
-        logger.warning(
-            f"{json_file}: {len(zero_size)} annotation(s) with a zero width or height, which detectron2 drops from "
-            f"training (e.g. {', '.join(zero_size[:5])})"
-        )
+    for kind, what in KEPT_BOXES.items():
+        if kept[kind]:
+            logger.warning(f"{json_file}: {len(kept[kind])} annotation(s) {what} (e.g. {', '.join(kept[kind][:5])})")
     return categories
 
 

@@ -8,7 +8,6 @@ with their datasets' (:func:`check_same_classes`)."""
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import os
 from collections import Counter
@@ -18,6 +17,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from detectron2.config import CfgNode
 from detectron2.data import DatasetCatalog, MetadataCatalog
 from detectron2.modeling import META_ARCH_REGISTRY, GeneralizedRCNN
+
+from ..json_file import load_json
 
 __all__ = [
     "ClassesMismatchError",
@@ -116,8 +117,8 @@ def duplicate_classes(entries: Sequence[Tuple[int, str]]) -> List[str]:
 def _json_categories(json_file: str, modified: int, size: int) -> Tuple[Tuple[int, str], ...]:
     """(id, name) of the categories of a COCO annotation file sorted by id (detectron2's class
     order); cached per file version (``modified``, ``size``)."""
-    with open(json_file) as f:
-        content = json.load(f)
+    with open(json_file, "rb") as f:
+        content = load_json(f, json_file)
     categories = content.get("categories") if isinstance(content, dict) else None
     if not isinstance(categories, list) or not all(
         isinstance(c, dict) and {"id", "name"} <= set(c) for c in categories
@@ -178,22 +179,28 @@ def _same_classes(a: DatasetClasses, b: DatasetClasses) -> bool:
     return a.names == b.names and (a.ids is None or b.ids is None or a.ids == b.ids)
 
 
-def check_dataset_classes(cfg: CfgNode, include_train: bool = True) -> None:
-    """:func:`check_classes` of the datasets of DATASETS.TRAIN (unless not ``include_train``: evaluation only, where
-    the classes of the weights are those their checkpoint records) and DATASETS.TEST against the model's number of
-    classes."""
+def check_dataset_classes(cfg: CfgNode, include_train: bool = True, options: str = "the command line") -> None:
+    """:func:`check_classes` of the datasets of DATASETS.TRAIN (unless not ``include_train``: evaluation or
+    prediction only, where the classes of the weights are those their checkpoint records) and DATASETS.TEST against
+    the model's number of classes; ``options``: where the user sets config keys (e.g. demo.py's ``--opts``)."""
     key, expected = model_num_classes(cfg)
     train = cfg.DATASETS.TRAIN if include_train else ()
-    check_classes({"DATASETS.TRAIN": train, "DATASETS.TEST": cfg.DATASETS.TEST}, key, expected)
+    check_classes({"DATASETS.TRAIN": train, "DATASETS.TEST": cfg.DATASETS.TEST}, key, expected, options=options)
 
 
-def check_classes(datasets: Mapping[str, Sequence[str]], key: str, expected: int, assign: str = " ") -> None:
+def check_classes(
+    datasets: Mapping[str, Sequence[str]],
+    key: str,
+    expected: int,
+    assign: str = " ",
+    options: str = "the command line",
+) -> None:
     """Raises ValueError, before training or evaluation, when a registered dataset of ``datasets`` ({config key:
     dataset names}, the training ones first) has another number of classes than the model (``expected``, naming
     ``key`` to set: ``key<assign>value`` on the command line), has a category id or name twice, or has other classes,
     or the same classes in another order, than the first of them (showing both lists). A dataset whose metadata
     declares no classes (:func:`dataset_classes`) is not checked (a warning says so); an unregistered name is left to
-    detectron2's error."""
+    detectron2's error. ``options``: where the user sets config keys, named in the advice."""
     checked: List[DatasetClasses] = []
     roles = {name: role for role, names in reversed(list(datasets.items())) for name in names}
     for name in dict.fromkeys(name for names in datasets.values() for name in names):
@@ -209,7 +216,7 @@ def check_classes(datasets: Mapping[str, Sequence[str]], key: str, expected: int
         if len(classes.names) != expected:
             raise ValueError(
                 f"dataset {name!r} ({roles[name]}) has {len(classes.names)} categories but {key} is {expected}: "
-                f"add `{key}{assign}{len(classes.names)}` to the command line"
+                f"add `{key}{assign}{len(classes.names)}` to {options}"
             )
         if checked and not _same_classes(checked[0], classes):
             raise ValueError(

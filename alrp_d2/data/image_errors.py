@@ -10,7 +10,15 @@ from typing import Any, Callable, Dict, Optional, Set
 from detectron2.data.detection_utils import SizeMismatchError
 from PIL import Image
 
-__all__ = ["UnreadableImageError", "ImageErrorGuard", "high_bit_depth_error", "image_read_error"]
+from .image_size import ImageSizeError, resize_problem
+
+__all__ = [
+    "UnreadableImageError",
+    "ImageErrorGuard",
+    "exif_rotation_hint",
+    "high_bit_depth_error",
+    "image_read_error",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -55,12 +63,38 @@ def high_bit_depth_error(file_name: str) -> Optional[str]:
     return None
 
 
+#: EXIF orientations that transpose the image (rotations by 90 or 270 degrees, with or without a mirror).
+TRANSPOSING_ORIENTATIONS = (5, 6, 7, 8)
+EXIF_ORIENTATION_TAG = 0x0112
+
+
+def exif_rotation_hint(file_name: str) -> str:
+    """For an image whose EXIF orientation turns it by 90 or 270 degrees (which detectron2's ``read_image``
+    applies), how its annotation's width and height must be given; "" otherwise."""
+    try:
+        with Image.open(file_name) as image:
+            orientation = image.getexif().get(EXIF_ORIENTATION_TAG)
+            width, height = image.size
+    except Exception:  # an unreadable file has no hint to give
+        return ""
+    if orientation not in TRANSPOSING_ORIENTATIONS:
+        return ""
+    return (
+        f"{file_name} is stored as {width} x {height} pixels with EXIF orientation {orientation}, which detectron2 "
+        f"applies when it reads the image (rotating it to {height} x {width}): give width {height} and height "
+        f"{width} in the annotation file, or rotate the pixels and remove the orientation tag."
+    )
+
+
 class ImageErrorGuard:
     """Wraps a dataset mapper. When the image of a dict has more than 8 bits per channel, or the
     mapper fails on a dict whose image cannot be decoded, raises :class:`UnreadableImageError`
     naming the file, or with ``skip`` returns None (detectron2's and alrp_d2's loaders then take
-    another sample), warning once per file with the running count. Other errors, including
-    detectron2's image-size mismatch with the JSON, propagate unchanged. ``training`` picks the
+    another sample), warning once per file with the running count. detectron2's image-size mismatch
+    with the JSON gets a hint when the image's EXIF orientation rotates it (:func:`exif_rotation_hint`); a
+    failure on an image whose aspect ratio the mapper's resize cannot take (a side of 0 pixels) raises
+    :class:`~alrp_d2.data.image_size.ImageSizeError` naming the file and the sizes; other errors propagate
+    unchanged. ``training`` picks the
     hint of the error (evaluation never skips)."""
 
     def __init__(self, mapper: Mapper, skip: bool = False, training: bool = True):
@@ -72,6 +106,15 @@ class ImageErrorGuard:
         self.skipped: Set[str] = set()
         self.eight_bit: Set[str] = set()  # files whose header was read once: not opened again for it
 
+    def _resize_problem(self, dataset_dict: Dict[str, Any]) -> str:
+        """Why the mapper's resizes cannot take the image of ``dataset_dict`` (its size from the annotations), or
+        "" (:func:`~alrp_d2.data.image_size.resize_problem`)."""
+        augmentations = getattr(getattr(self.mapper, "augmentations", None), "augs", ())
+        height, width = dataset_dict.get("height"), dataset_dict.get("width")
+        if not (isinstance(height, int) and isinstance(width, int) and height > 0 and width > 0):
+            return ""
+        return resize_problem(augmentations, height, width)
+
     def __call__(self, dataset_dict: Dict[str, Any]) -> Optional[Dict[str, Any]]:
         file_name = dataset_dict.get("file_name", "")
         reason = high_bit_depth_error(file_name) if file_name and file_name not in self.eight_bit else None
@@ -82,11 +125,17 @@ class ImageErrorGuard:
                 if file_name:
                     self.eight_bit.add(file_name)
                 return mapped
-            except SizeMismatchError:
+            except SizeMismatchError as error:
+                hint = exif_rotation_hint(file_name)
+                if hint:
+                    raise SizeMismatchError(f"{error} {hint}") from error
                 raise
             except Exception as error:
                 reason = image_read_error(file_name) if file_name else None
                 if reason is None:
+                    size_problem = self._resize_problem(dataset_dict)
+                    if size_problem:
+                        raise ImageSizeError(f"{file_name or 'an image'}: {size_problem}") from error
                     raise
                 cause = error
         if not self.skip:

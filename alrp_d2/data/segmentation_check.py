@@ -5,8 +5,9 @@ its RLE decoder writes past the mask when the counts exceed ``height * width``.
 A segmentation is usable when it is
 
 - a non-empty list of polygons, each a list of finite numbers ``[x1, y1, x2, y2, ...]`` of even
-  length >= 6 (three points), whose extent overlaps the image and the annotation's box (a polygon
-  that misses either would train on an empty mask); or
+  length >= 6 (three points), within one image size of the image (:func:`coordinate_bounds`:
+  pycocotools' rasteriser overflows and crashes on a coordinate of 1e9), whose extent overlaps the
+  image and the annotation's box (a polygon that misses either would train on an empty mask); or
 - an RLE ``{"size": [height, width], "counts": ...}`` of the image's size whose counts (a list of
   integers >= 0, or COCO's compressed string) add up to ``height * width``.
 """
@@ -14,15 +15,21 @@ A segmentation is usable when it is
 from __future__ import annotations
 
 import math
-from typing import Any, List, Optional, Sequence
+from typing import Any, List, Optional, Sequence, Tuple
 
-__all__ = ["compressed_rle_counts", "segmentation_problem"]
+__all__ = ["compressed_rle_counts", "coordinate_bounds", "segmentation_problem"]
 
 MASK_NEEDED = "MODEL.MASK_ON needs a mask for every annotation"
 
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def coordinate_bounds(width: int, height: int) -> Tuple[float, float, float, float]:
+    """(x low, y low, x high, y high): the region, one image size around a ``width`` x ``height`` image, where
+    annotations' coordinates may lie (a little outside the image is common; far outside is an error of the data)."""
+    return -width, -height, 2 * width, 2 * height
 
 
 def compressed_rle_counts(text: str, limit: int) -> Optional[List[int]]:
@@ -106,6 +113,15 @@ def _polygons_problem(
             return f"{where} has a coordinate that is not finite (nan or inf)"
         if len(polygon) % 2 or len(polygon) < 6:
             return f"{where} has {len(polygon)} coordinates: a polygon needs an even number, at least 6 (3 points)"
+        x_low, y_low, x_high, y_high = coordinate_bounds(width, height)
+        far = [
+            (x, y) for x, y in zip(polygon[0::2], polygon[1::2]) if not (x_low <= x <= x_high and y_low <= y <= y_high)
+        ]
+        if far:
+            return (
+                f"{where} has {len(far)} point(s) more than one image size outside its {width} x {height} image "
+                f"(x in [{x_low}, {x_high}], y in [{y_low}, {y_high}]), e.g. ({far[0][0]:g}, {far[0][1]:g})"
+            )
         xs.extend(polygon[0::2])
         ys.extend(polygon[1::2])
     low, high = (min(xs), min(ys)), (max(xs), max(ys))

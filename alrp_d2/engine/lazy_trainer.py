@@ -19,6 +19,7 @@ import os
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
+from detectron2.config import LazyCall as L
 from detectron2.config import LazyConfig, instantiate
 from detectron2.config.instantiate import _convert_target_to_string
 from detectron2.data import build_detection_train_loader, get_detection_dataset_dicts
@@ -192,6 +193,16 @@ def build_lazy_evaluator(cfg: DictConfig, model: nn.Module) -> Any:
     return instantiate(evaluator)
 
 
+def guarded_test_loader(cfg: DictConfig) -> DictConfig:
+    """``dataloader.test`` whose mapper (when it has one) is wrapped by :class:`ImageErrorGuard` for evaluation, as
+    the YAML path's: errors name the image (unreadable, more than 8 bits, an aspect ratio its resize cannot take)."""
+    loader = copy.deepcopy(cfg.dataloader.test)
+    if loader.get("mapper") is not None:  # resolved where it is: its interpolations are relative to dataloader.test
+        mapper = OmegaConf.to_container(cfg.dataloader.test.mapper, resolve=True)
+        loader.mapper = L(ImageErrorGuard)(mapper=mapper, training=False)
+    return loader
+
+
 def lazy_test(cfg: DictConfig, model: nn.Module) -> Dict[str, Any]:
     """``dataloader.evaluator`` on ``dataloader.test`` (nothing without an evaluator, or with
     ``dataloader.evaluator=None``), after the class checks."""
@@ -199,7 +210,7 @@ def lazy_test(cfg: DictConfig, model: nn.Module) -> Dict[str, Any]:
         return {}
     key, expected = lazy_num_classes(cfg)
     check_classes({"dataloader.test": lazy_dataset_names(cfg, "test")}, key, expected, assign="=")
-    results = inference_on_dataset(model, instantiate(cfg.dataloader.test), build_lazy_evaluator(cfg, model))
+    results = inference_on_dataset(model, instantiate(guarded_test_loader(cfg)), build_lazy_evaluator(cfg, model))
     if comm.is_main_process():
         print_csv_format(results)
     return results

@@ -4,6 +4,7 @@ correlation next to COCO AP (see :mod:`alrp_d2.evaluation.lrp_metric` for the de
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections import Counter
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -77,6 +78,33 @@ def per_class_table(rows: List[Tuple[str, float]]) -> str:
     return tabulate(rows, tablefmt="pipe", floatfmt=".3f", headers=["category", "oLRP"], numalign="left")
 
 
+class NonFiniteDetectionsError(ValueError):
+    """Detections with a NaN or infinite box coordinate or score: COCO evaluation would score them silently."""
+
+
+def check_finite_detections(predictions: Sequence[Mapping[str, Any]]) -> None:
+    """Raises :class:`NonFiniteDetectionsError` counting the detections (COCO json: ``bbox``, ``score``) of
+    ``predictions`` (detectron2's per-image ``{"image_id", "instances"}``) whose box or score is not finite,
+    naming the first images: pycocotools would match and score them as if they were boxes."""
+    images = []
+    count = 0
+    for prediction in predictions:
+        bad = sum(
+            1
+            for detection in prediction.get("instances", ())
+            if not all(math.isfinite(v) for v in detection.get("bbox", ())) or not math.isfinite(detection["score"])
+        )
+        if bad:
+            images.append(prediction["image_id"])
+            count += bad
+    if count:
+        raise NonFiniteDetectionsError(
+            f"{count} detection(s) of {len(images)} image(s) have a NaN or infinite box coordinate or score (image "
+            f"ids {images[:10]}{' ...' if len(images) > 10 else ''}): the model's outputs are broken (weights of a "
+            "diverged run, or inputs it cannot take) and cannot be scored"
+        )
+
+
 class COCOLRPEvaluator(COCOEvaluator):
     """detectron2's COCOEvaluator whose ``results["bbox"]`` (and ``results["segm"]`` for instance
     masks, with the masks' IoUs, as the official LRP code evaluates segmentation) also holds ``oLRP``, ``oLRP_loc``,
@@ -89,6 +117,8 @@ class COCOLRPEvaluator(COCOEvaluator):
     ``model_record`` ({"architecture", "weights_sha256"}, from ``AlrpTrainer.test``; None when
     unknown) lets :class:`~alrp_d2.evaluation.LRPThresholdPredictor` refuse the file for another model.
 
+    Detections with a NaN or infinite box coordinate or score are an error
+    (:class:`NonFiniteDetectionsError`, on the process that evaluates), never scored.
     Empty cases give NaN with a warning naming the reason, never an error: no detection at all,
     no ground truth in the test set (all LRP metrics), a class without ground truth (left out of
     the means, threshold null).
@@ -102,6 +132,11 @@ class COCOLRPEvaluator(COCOEvaluator):
         super().__init__(dataset_name, *args, **kwargs)
         # A plain dict also when a LazyConfig passes its node (an omegaconf DictConfig).
         self._model_record = None if model_record is None else {str(k): str(v) for k, v in model_record.items()}
+
+    def _eval_predictions(self, predictions, img_ids=None):
+        """detectron2's evaluation of the gathered ``predictions``, after :func:`check_finite_detections`."""
+        check_finite_detections(predictions)
+        return super()._eval_predictions(predictions, img_ids=img_ids)
 
     def _derive_coco_results(self, coco_eval, iou_type, class_names=None):
         results = super()._derive_coco_results(coco_eval, iou_type, class_names=class_names)

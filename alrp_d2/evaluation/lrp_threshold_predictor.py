@@ -6,7 +6,6 @@ task, are read with one warning."""
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from collections import Counter
@@ -21,6 +20,7 @@ from detectron2.utils.file_io import PathManager
 
 from ..checkpoint import weights_fingerprint
 from ..data.dataset_classes import ClassesMismatchError, DatasetClasses, dataset_classes
+from ..json_file import load_json
 from .coco_lrp_evaluation import LRP_THRESHOLD_FILES
 from .predictor import AlrpPredictor
 
@@ -45,11 +45,8 @@ def read_lrp_threshold_file(path: str) -> LRPThresholdFile:
     """The content of the threshold file ``path``; FileNotFoundError or ValueError naming it."""
     if not PathManager.isfile(path):
         raise FileNotFoundError(f"LRP threshold file not found: {path} (written by COCOLRPEvaluator to its output_dir)")
-    with PathManager.open(path) as f:
-        try:
-            content = json.load(f)
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{path} is not valid JSON: {error}") from error
+    with PathManager.open(path, "rb") as f:
+        content = load_json(f, path)
     if not isinstance(content, dict):
         raise ValueError(
             f"{path} must hold a JSON object mapping category ids to thresholds, got {type(content).__name__}"
@@ -96,8 +93,10 @@ def check_threshold_model(thresholds: LRPThresholdFile, model_record: Mapping[st
 def _parse_threshold(label: str, value: object, path: str) -> Optional[float]:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"{path}: threshold of class {label} must be a finite number or null, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+        raise ValueError(
+            f"{path}: threshold of class {label} must be a score in [0, 1] (finite) or null, got {value!r}"
+        )
     return float(value)
 
 

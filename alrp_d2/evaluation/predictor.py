@@ -13,6 +13,7 @@ from detectron2.engine import DefaultPredictor
 
 from ..checkpoint import AlrpCheckpointer, check_weights_classes
 from ..data.dataset_classes import dataset_classes
+from ..data.image_size import ImageSizeError, resize_problem
 from ..data.inference_resize import build_test_resize
 
 __all__ = ["AlrpPredictor", "ImageInputError", "check_image"]
@@ -91,6 +92,11 @@ class AlrpPredictor(DefaultPredictor):
             check_weights_classes(checkpoint, cfg.MODEL.WEIGHTS, [dataset_classes(cfg.DATASETS.TEST[0])])
 
     def __call__(self, original_image: np.ndarray) -> Dict[str, Any]:
-        """detectron2's prediction of one image, after :func:`check_image`."""
+        """detectron2's prediction of one image, after :func:`check_image`; an image of so extreme an aspect
+        ratio that the test-time resize would make a side 0 pixels raises
+        :class:`~alrp_d2.data.image_size.ImageSizeError` saying so."""
         check_image(original_image, self.input_format)
+        problem = resize_problem([self.aug], *original_image.shape[:2])
+        if problem:
+            raise ImageSizeError(f"the predictor cannot take {problem}")
         return super().__call__(original_image)

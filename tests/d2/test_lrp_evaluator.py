@@ -114,8 +114,8 @@ def test_load_thresholds_in_class_order(tmp_path):
         ([0.5, None, 0.2], ValueError, "JSON object"),
         ({"cat_a": 0.5, "cat_b": None}, ValueError, r"missing \['cat_c'\]"),
         ({"cat_a": 0.5, "cat_b": None, "cat_c": 0.1, "dog": 0.3}, ValueError, r"unknown \['dog'\]"),
-        ({"cat_a": "0.5", "cat_b": None, "cat_c": 0.1}, ValueError, "finite number or null"),
-        ('{"cat_a": NaN, "cat_b": null, "cat_c": 0.1}', ValueError, "finite number or null"),
+        ({"cat_a": "0.5", "cat_b": None, "cat_c": 0.1}, ValueError, r"a score in \[0, 1\] \(finite\) or null"),
+        ('{"cat_a": NaN, "cat_b": null, "cat_c": 0.1}', ValueError, r"a score in \[0, 1\] \(finite\) or null"),
     ],
 )
 def test_load_thresholds_rejects_bad_files(tmp_path, content, error, message):
