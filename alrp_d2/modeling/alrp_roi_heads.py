@@ -33,11 +33,10 @@ class AlrpFastRCNNOutputLayers(FastRCNNOutputLayers):
     decoded from the GT class's deltas. Losses: ``loss_box_cls`` and ``loss_box_loc``
     (:class:`HeadRankingLoss` named "box"). Inference scores are the sigmoid scores.
 
-    With MODEL.ALRP.CRITERION "RankSortCriterion" it is the box head of RS R-CNN (the official
+    With Rank & Sort Loss as the criterion it is the box head of RS R-CNN (the official
     ``RankBasedShared2FCBBoxHead``): RS Loss ranks all (proposal, class) pairs with the IoUs of the
     positives' decoded boxes as targets, and the GIoU loss of every positive is weighted by the
-    proposal's detached best class score and balanced by the loss values of the step (see
-    :class:`~alrp_d2.criteria.RankSortCriterion`).
+    proposal's detached best class score and balanced by the loss values of the step (docs/rank_sort.md).
     """
 
     @configurable

@@ -100,8 +100,7 @@ class HeadRankingLoss(nn.Module):
             owner,
             "balanced_tasks",
             tuple(balanced_tasks),
-            f"{criterion_name} does not balance other tasks (RankSortMaskHead needs a criterion that does, such as "
-            "RankSortCriterion)",
+            f"{criterion_name} does not balance other tasks (its balances_tasks is False)",
         )
         self.name = name
         self.criterion = criterion
@@ -140,8 +139,8 @@ class HeadRankingLoss(nn.Module):
             not balanced_tasks or criterion.balances_tasks,
             "MODEL.ALRP.CRITERION",
             alrp.CRITERION,
-            f"must balance the head's other tasks {tuple(balanced_tasks)} (e.g. 'RankSortCriterion' with "
-            "MODEL.ROI_MASK_HEAD.NAME 'RankSortMaskHead')",
+            f"must name a criterion that balances the head's other tasks {tuple(balanced_tasks)} (their head, e.g. "
+            "MODEL.ROI_MASK_HEAD.NAME 'RankSortMaskHead', is weighted by the box head's criterion)",
         )
         return cls(
             name,
