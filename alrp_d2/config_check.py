@@ -1,10 +1,11 @@
-"""The error of an invalid config value, naming its key: raised where each rule is checked."""
+"""The error of an invalid config value, naming its key, and of an invalid constructor argument, naming the argument:
+raised where each rule is checked."""
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["require_config", "require_integer"]
+__all__ = ["require_argument", "require_config", "require_integer"]
 
 
 def require_config(condition: bool, key: str, value: Any, expectation: str) -> None:
@@ -21,3 +22,10 @@ def require_integer(key: str, value: Any, minimum: int, note: str = "") -> None:
         value,
         f"must be an integer >= {minimum}{note}",
     )
+
+
+def require_argument(condition: bool, owner: str, name: str, value: Any, expectation: str) -> None:
+    """Raises ValueError naming ``owner``'s argument ``name`` when ``condition`` does not hold (the constructors'
+    check: a LazyConfig or a Python caller sees its own names)."""
+    if not condition:
+        raise ValueError(f"Invalid argument {owner}({name}={value!r}): {expectation}")

@@ -69,7 +69,8 @@ def ranked_rcnn(
     (:class:`AlrpROIHeads`, every proposal ranked) trained by ``loss(name)`` (``rpn_loss`` for the RPN if given,
     e.g. aLRP Loss with the RPN's tau 0.7), with the additive ``terms``. A mask head becomes Rank & Sort Mask R-CNN's
     (:class:`RankSortMaskHead`: score-weighted, balanced by the box head's loss, at most ``max_mask_positives``
-    positives) when ``loss`` is value-balanced (Rank & Sort Loss); otherwise it keeps detectron2's loss."""
+    positives) when the criterion of ``loss`` balances a head's other tasks (Rank & Sort Loss); otherwise it keeps
+    detectron2's loss."""
     rpn = model.proposal_generator
     rpn._target_ = AlrpRPN
     rpn.ranking_loss = (rpn_loss or loss)("rpn", loss_weight=rpn_weight, terms=list(terms))
@@ -77,7 +78,7 @@ def ranked_rcnn(
     heads._target_ = AlrpROIHeads
     box_loss = loss("box", terms=list(terms))
     box_loss.ranking = "per_worker"
-    if "mask_head" in heads and _value_balanced(box_loss):
+    if "mask_head" in heads and _balances_tasks(box_loss):
         box_loss.balanced_tasks = ["mask"]
         heads.mask_head._target_ = RankSortMaskHead
         heads.mask_head.max_positives = max_mask_positives
@@ -87,5 +88,6 @@ def ranked_rcnn(
     return model
 
 
-def _value_balanced(loss: Any) -> bool:
-    return bool(loss.criterion._target_.value_balanced)
+def _balances_tasks(loss: Any) -> bool:
+    """Whether the criterion of the ``LazyCall`` loss ``loss`` weights a head's other tasks."""
+    return bool(loss.criterion._target_.balances_tasks)

@@ -12,7 +12,7 @@ import torch
 from alrp_d2.losses import NonFiniteInputError, rank_sort_loss_terms
 from alrp_d2.losses.global_ranking import ranking_group
 
-from .test_global_ranking import NUM_CASES, TOLERANCE, assert_relative, make_case, spawn_workers, split
+from .distributed_cases import NUM_CASES, TOLERANCE, assert_relative, make_case, spawn_workers, split
 
 DELTAS = [0.5, 0.0, 0.1]
 

@@ -19,7 +19,7 @@ from alrp_d2.losses import (
 
 from .host_syncs import HostSyncCounter
 from .loop_reference import alrp_loss_loop, ap_loss_loop, rank_sort_loss_loop
-from .test_ranking_losses import TOLERANCE, assert_relative
+from .ranking_cases import TOLERANCE, assert_relative
 
 NUM_CLASSES = 4
 

@@ -8,7 +8,7 @@ import torch
 from alrp_d2.losses import ap_loss, ap_loss_terms
 
 from .loop_reference import interpolated_ap_loss_loop
-from .test_ranking_losses import DEVICES, TOLERANCE, assert_relative, random_case
+from .ranking_cases import DEVICES, TOLERANCE, assert_relative, random_case
 
 
 def run_interpolated(logits: torch.Tensor, labels: torch.Tensor, delta: float, eps=None):

@@ -10,7 +10,7 @@ import torch
 from alrp_d2.losses import NonFiniteInputError, rank_sort_loss, rank_sort_loss_terms
 
 from .loop_reference import rank_sort_loss_loop
-from .test_ranking_losses import assert_relative
+from .ranking_cases import assert_relative
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 # float32 inputs are computed in float64 like float64 ones; only the outputs are rounded to float32.

@@ -8,34 +8,7 @@ import torch
 from alrp_d2.losses import NonFiniteInputError, alrp_loss, alrp_loss_terms, ap_loss, ap_loss_terms, loc_error
 
 from .loop_reference import alrp_loss_loop, ap_loss_loop
-
-DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
-TOLERANCE = {torch.float64: 1e-6, torch.float32: 1e-5}
-
-
-def assert_relative(actual: torch.Tensor, expected: torch.Tensor, rtol: float) -> None:
-    """Every element within ``rtol`` relative; elements that are zero in the reference must be
-    zero up to float64 round-off of the largest element."""
-    actual = actual.detach().double().cpu()
-    expected = expected.detach().double().cpu()
-    atol = 1e-12 * max(expected.abs().max().item(), 1.0)
-    torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol)
-
-
-def random_case(seed: int, dtype: torch.dtype, device: str):
-    """A random ranking with ignored entries, ties between positives and between positives and
-    negatives on some seeds, and a random number of positives (at least one)."""
-    gen = torch.Generator().manual_seed(seed)
-    size = int(torch.randint(2, 600, (1,), generator=gen))
-    logits = torch.randn(size, generator=gen, dtype=torch.float64) * 2.0
-    if seed % 3 == 0:
-        logits = torch.round(logits * 2) / 2  # many exact ties, also at distance exactly delta
-    labels = torch.randint(-1, 2, (size,), generator=gen)
-    labels[int(torch.randint(0, size, (1,), generator=gen))] = 1
-    num_pos = int((labels == 1).sum())
-    errors = torch.rand(num_pos, generator=gen, dtype=torch.float64) * 2.0
-    delta = [1.0, 0.5, 0.01, 2.5][seed % 4]
-    return logits.to(dtype).to(device), labels.to(device), errors.to(dtype).to(device), delta
+from .ranking_cases import DEVICES, TOLERANCE, assert_relative, random_case
 
 
 def run_alrp(logits, labels, errors, delta):

@@ -12,6 +12,7 @@ from ..config_check import require_config
 from ..losses.correlation_loss import CORRELATION_KINDS, correlation_loss, correlation_loss_per_level
 from ..losses.global_ranking import RankingGroup, exchange_checked
 from ..losses.localisation_error import paired_iou_giou
+from .arguments import check_choice
 from .ranking_criterion import PositiveSource
 from .targets import PositiveTargets
 
@@ -39,9 +40,7 @@ class CorrelationTerm:
             weight: the term's weight.
             per_level: the mean of the pyramid levels' losses, or one loss of all positives.
         """
-        require_config(
-            kind in CORRELATION_KINDS, "MODEL.ALRP.CORR_KIND", kind, f"kind must be one of {CORRELATION_KINDS}"
-        )
+        check_choice(self, "kind", kind, CORRELATION_KINDS)
         self.kind = kind
         self.weight = weight
         self.per_level = per_level
@@ -84,5 +83,11 @@ def correlation_terms(cfg: CfgNode) -> List[CorrelationTerm]:
     keys are checked all the same)."""
     alrp = cfg.MODEL.ALRP
     require_config(alrp.CORR_WEIGHT >= 0, "MODEL.ALRP.CORR_WEIGHT", alrp.CORR_WEIGHT, "must be >= 0 (0: no term)")
+    require_config(
+        alrp.CORR_KIND in CORRELATION_KINDS,
+        "MODEL.ALRP.CORR_KIND",
+        alrp.CORR_KIND,
+        f"must be one of {CORRELATION_KINDS}",
+    )
     term = CorrelationTerm(alrp.CORR_KIND, alrp.CORR_WEIGHT, alrp.CORR_PER_LEVEL)
     return [term] if alrp.CORR_WEIGHT > 0 else []

@@ -9,7 +9,9 @@ from torch import Tensor
 
 from ..losses import rank_sort_loss_indexed
 from ..losses.global_ranking import global_weighted_mean
-from ..losses.localisation_error import paired_iou_giou
+from ..losses.localisation_error import LOC_ERROR_KINDS, paired_iou_giou
+from .arguments import check_choice, check_delta
+from .config_keys import HeadKeys, configured_delta
 from .localisation import configured_loc_error
 from .ranking_criterion import CriterionOutput, PositiveSource, RankingCriterion
 from .registry import RANKING_CRITERION_REGISTRY
@@ -34,28 +36,31 @@ class RankSortCriterion(RankingCriterion):
     targets are the IoUs of the positives' predicted boxes (:class:`RankSortTargets`; a positive of IoU 0 ranks as
     a negative), the box loss of every positive (1 - GIoU, or 1 - IoU) is weighted by its detached best class score
     (``sigmoid(logit).max()`` over the classes of its row) and averaged with these weights, and it is balanced by
-    the loss values of the step: ``loc_factor = (L_rank + L_sort) / L_box`` (detached, 0 when ``L_box`` is 0).
-    ``loss_cls`` is ``L_rank + L_sort`` in value; its gradient is RS Loss's (the ranking output carries the update
-    of both errors)."""
+    the loss values of the step: ``loc_factor = (L_rank + L_sort) / L_box`` (detached, 0 when ``L_box`` is 0), logged
+    as ``weight``. ``loss_cls`` is ``L_rank + L_sort`` in value; its gradient is RS Loss's (the ranking output
+    carries the update of both errors). A head's other task (RS Mask R-CNN's mask loss) is weighted per positive by
+    the same scores and balanced the same way: ``(L_rank + L_sort) / L_task``."""
 
-    allows_unit_step = True
-    value_balanced = True
-    component_names = ("rank", "sort")
+    allows_self_balance = False
+    balances_tasks = True
+    component_names = ("rank", "sort", "weight")
 
     def __init__(self, *, delta: float, loc_error_kind: str, eps: float = 1e-10):
         """
         Args:
-            delta: smoothness of the step function (0: the unit step).
+            delta: smoothness of the step function, >= 0 (0: the unit step).
             loc_error_kind: the box loss, 1 - GIoU ("giou", mmdetection's GIoULoss) or 1 - IoU ("iou").
             eps: RS Loss's strict gates (the official 1e-10).
         """
-        super().__init__(delta=delta)
+        check_delta(self, delta, unit_step=True)
+        check_choice(self, "loc_error_kind", loc_error_kind, LOC_ERROR_KINDS)
+        self.delta = delta
         self.loc_error_kind = loc_error_kind
         self.eps = eps
 
     @classmethod
-    def from_config(cls, cfg: CfgNode, *, delta: float, tau: float) -> Dict[str, Any]:
-        return {"delta": delta, "loc_error_kind": configured_loc_error(cfg)}
+    def from_config(cls, cfg: CfgNode, keys: HeadKeys) -> Dict[str, Any]:
+        return {"delta": configured_delta(cfg, keys, unit_step=True), "loc_error_kind": configured_loc_error(cfg)}
 
     def targets(self, rows: RowLabels, source: PositiveSource) -> Targets:
         return RankSortTargets.of_rows(rows, source.row_overlaps())
@@ -73,11 +78,8 @@ class RankSortCriterion(RankingCriterion):
         scores = logits.detach()[targets.box.row].float().sigmoid().amax(dim=-1)
         loss_box = global_weighted_mean(loc_losses, scores, group)
         loss_cls = terms.ranking_loss + terms.sorting_loss
-        return CriterionOutput(
-            loss_cls,
-            loss_box,
-            value_balance(loss_cls.detach(), loss_box.detach()),
-            terms.positive_gradient_magnitude,
-            terms.negative_gradient_magnitude,
-            (("rank", terms.ranking_loss), ("sort", terms.sorting_loss)),
-        )
+        balance = value_balance(loss_cls.detach(), loss_box.detach())
+        return CriterionOutput(loss_cls, loss_box, balance, terms.statistics.with_values(weight=balance), scores)
+
+    def task_weight(self, output: CriterionOutput, task_loss: Tensor) -> Tensor:
+        return value_balance(output.loss_cls.detach(), task_loss.detach())

@@ -11,19 +11,23 @@ interface and never by the criterion's name (this package imports no detectron2)
 3. :meth:`RankingCriterion.__call__`: the loss of the ranking and of the localisation, unweighted, with the
    statistics the self-balance hook logs (:class:`CriterionOutput`).
 
-Balancing is the criterion's too: a criterion with ``value_balanced`` False has its localisation loss weighted by
-the head's localisation weight (self-balanced or constant); one with ``value_balanced`` True returns the factor that
-balances it by the loss values of the step (Rank & Sort Loss), which the head also applies to its other tasks.
+Balancing is the criterion's too: the head weights the localisation loss by its localisation weight (self-balanced
+or constant) times the criterion's ``loc_factor`` of the step (1, or Rank & Sort Loss's balancing by the loss values
+of the step); a criterion that :attr:`~RankingCriterion.balances_tasks` also weights a head's other tasks
+(:meth:`RankingCriterion.task_weight`) and says the weight of each positive in them
+(:attr:`CriterionOutput.positive_weights`).
 
 "Write your own criterion" in docs/criteria.md shows a criterion registered from a user's module.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar, Dict, NamedTuple, Protocol, Tuple
+from typing import TYPE_CHECKING, Any, ClassVar, Dict, NamedTuple, Optional, Protocol, Tuple
 
 from torch import Tensor
 
+from ..losses.ranking_statistics import RankingStatistics
+from .config_keys import HeadKeys
 from .targets import PositiveTargets, RowLabels, Targets
 
 if TYPE_CHECKING:
@@ -76,45 +80,42 @@ class CriterionOutput(NamedTuple):
     Attributes:
         loss_cls: the ranking loss; its gradient is the criterion's update of the logits.
         loss_loc: the localisation loss.
-        loc_factor: the factor of ``loss_loc`` on top of the head's localisation weight: 1, or with a
-            ``value_balanced`` criterion its balancing coefficient of this step (detached).
-        positive_gradient_magnitude, negative_gradient_magnitude: the summed magnitudes of the positives' and the
-            negatives' score gradients (their ratio is aLRP paper Fig. 3).
-        components: further named values of the step, in the order of :attr:`RankingCriterion.component_names`.
+        loc_factor: the factor of ``loss_loc`` on top of the head's localisation weight (detached): 1, or the
+            criterion's own balancing coefficient of this step (Rank & Sort Loss's ``L_rank + L_sort`` over ``L_box``).
+        statistics: the step's record for the self-balance hook (:class:`~alrp_d2.losses.RankingStatistics`), with
+            the values :attr:`RankingCriterion.component_names` names (the head adds ``cls`` and ``loc``).
+        positive_weights: (P,) the detached weights of the ``box`` positives of :meth:`RankingCriterion.targets`
+            in the head's other tasks (RS Mask R-CNN's masks: the best class score of each), or None: equal weights.
     """
 
     loss_cls: Tensor
     loss_loc: Tensor
     loc_factor: Tensor
-    positive_gradient_magnitude: Tensor
-    negative_gradient_magnitude: Tensor
-    components: Tuple[Tuple[str, Tensor], ...] = ()
+    statistics: RankingStatistics
+    positive_weights: Optional[Tensor] = None
 
 
 class RankingCriterion:
     """Base class of the ranking criteria. A subclass is registered in :data:`RANKING_CRITERION_REGISTRY`, takes
-    its hyperparameters as keyword arguments, reads them from a config in ``from_config(cfg, delta=..., tau=...)``
-    (the head's delta and tau: MODEL.ALRP.DELTA and TAU, or the RPN's) and implements :meth:`localisation_losses` and
-    :meth:`__call__`; :meth:`targets` defaults to the labelled positives."""
+    its hyperparameters as keyword arguments (a ValueError names a bad one), reads them from a config in
+    :meth:`from_config` (naming the config keys) and implements :meth:`localisation_losses` and :meth:`__call__`;
+    :meth:`targets` defaults to the labelled positives. Everything a head, the ROI heads and the LazyConfig helpers
+    know of a criterion is asked here, never by its name."""
 
-    #: Whether delta may be 0 (the unit step) in the configs (MODEL.ALRP.DELTA, RPN_DELTA).
-    allows_unit_step: ClassVar[bool] = False
-    #: Whether the criterion balances the localisation loss (and a head's other tasks) by the loss values of every
-    #: step, instead of the head's self-balanced or constant localisation weight.
-    value_balanced: ClassVar[bool] = False
-    #: The names of :attr:`CriterionOutput.components`, logged as ``sb/<head>/<name>``.
+    #: Whether the head's localisation weight may be self-balanced (aLRP paper Sec. 4.2); False for a criterion
+    #: that balances its localisation loss itself (``CriterionOutput.loc_factor``), whose head weight is constant.
+    allows_self_balance: ClassVar[bool] = True
+    #: Whether the criterion balances a head's other tasks (RS Mask R-CNN's mask loss, :meth:`task_weight`).
+    balances_tasks: ClassVar[bool] = False
+    #: The names of the values the criterion adds to :attr:`CriterionOutput.statistics`, logged as
+    #: ``sb/<head>/<name>``.
     component_names: ClassVar[Tuple[str, ...]] = ()
 
-    def __init__(self, *, delta: float):
-        """
-        Args:
-            delta: smoothness of the step function of the ranking.
-        """
-        self.delta = delta
-
     @classmethod
-    def from_config(cls, cfg: CfgNode, *, delta: float, tau: float) -> Dict[str, Any]:
-        return {"delta": delta}
+    def from_config(cls, cfg: CfgNode, keys: HeadKeys) -> Dict[str, Any]:
+        """The constructor's arguments from a config: under MODEL.ALRP, the head's ``keys`` (MODEL.ALRP.DELTA and
+        TAU, or the RPN's RPN_DELTA and RPN_TAU) and the criterion's own keys; a ValueError names an invalid key."""
+        return {}
 
     def targets(self, rows: RowLabels, source: PositiveSource) -> Targets:
         """The positives of the ranking (and of the localisation loss: ``targets.box``) from the head's labels."""
@@ -134,6 +135,11 @@ class RankingCriterion:
             group: the :class:`~alrp_d2.losses.RankingGroup` of a global ranking, or None.
         """
         raise NotImplementedError
+
+    def task_weight(self, output: CriterionOutput, task_loss: Tensor) -> Tensor:
+        """The detached weight of ``task_loss``, another task of the head (RS Mask R-CNN's mask loss), given the
+        criterion's ``output`` of the same step; only for a criterion that :attr:`balances_tasks`."""
+        raise NotImplementedError(f"{type(self).__name__} does not balance a head's other tasks")
 
     def __repr__(self) -> str:
         settings = ", ".join(f"{name}={value!r}" for name, value in vars(self).items())

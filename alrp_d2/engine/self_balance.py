@@ -28,6 +28,9 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+#: The gradient magnitudes of a :class:`~alrp_d2.losses.RankingStatistics`, after its named values in a table row.
+MAGNITUDES = ("positive_gradient_magnitude", "negative_gradient_magnitude")
+
 
 def find_ranking_losses(model: nn.Module) -> Dict[str, HeadRankingLoss]:
     """The ranking loss of every head of a model, by name (a DDP wrapper is looked through)."""
@@ -106,50 +109,45 @@ class SelfBalanceHook(HookBase):
 
     def after_step(self) -> None:
         storage = self.trainer.storage
-        for name, (loss_cls, loss_loc, positive, negative, *components) in self._step_statistics().items():
-            storage.put_scalars(**{f"sb/{name}/cls": loss_cls, f"sb/{name}/loc": loss_loc})
+        for name, values in self._step_statistics().items():
+            positive, negative = values.pop("positive_gradient_magnitude"), values.pop("negative_gradient_magnitude")
+            storage.put_scalars(**{f"sb/{name}/{component}": value for component, value in values.items()})
             if positive > 0:
                 storage.put_scalar(f"{name}/grad_ratio", negative / positive)
-            for component, value in zip(self._losses[name].component_names, components):
-                storage.put_scalar(f"sb/{name}/{component}", value)
             if name in self._sums:
-                self._sums[name][0] += loss_cls
-                self._sums[name][1] += loss_loc
+                self._sums[name][0] += values["cls"]
+                self._sums[name][1] += values["loc"]
         if self.period is not None and (self.trainer.iter + 1) % self.period == 0:
             self._close_period()
         for name, weight in self._weights.items():
             storage.put_scalar(f"sb/{name}/weight", weight, smoothing_hint=False)
 
-    def _step_statistics(self) -> Dict[str, List[float]]:
-        """Every head's (L_cls, L_loc, positive and negative gradient magnitude, components) of this
-        step, averaged over the workers whose head ran this step (heads that ran nowhere are left out)."""
+    def _step_statistics(self) -> Dict[str, Dict[str, float]]:
+        """Every head's :class:`~alrp_d2.losses.RankingStatistics` of this step by name (its values, in the order of
+        the head's ``component_names``, and the two gradient magnitudes), averaged over the workers whose head ran
+        this step (heads that ran nowhere are left out)."""
         if not self._losses:
             return {}
-        rows = []
+        rows, names = [], []
         for loss in self._losses.values():
             statistics = loss.take_statistics()
-            width = 4 + len(loss.component_names)
+            names.append(loss.component_names + MAGNITUDES)
             if statistics is None:
-                rows.append(loss.loc_weight.new_zeros(width + 1, dtype=torch.float64))
+                rows.append(loss.loc_weight.new_zeros(len(names[-1]) + 1, dtype=torch.float64))
             else:
-                values = [
-                    statistics.loss_cls,
-                    statistics.loss_loc,
-                    statistics.positive_gradient_magnitude,
-                    statistics.negative_gradient_magnitude,
-                    *(value for _, value in statistics.components),
-                ]
+                values = [statistics.values[component] for component in loss.component_names]
+                values += [statistics.positive_gradient_magnitude, statistics.negative_gradient_magnitude]
                 row = torch.stack([value.double() for value in values])
                 rows.append(torch.cat([row, row.new_ones(1)]))
         table = torch.cat(rows)
         if comm.get_world_size() > 1:
             dist.all_reduce(table)
         flat: List[float] = table.tolist()
-        step: Dict[str, List[float]] = {}
-        for name, row in zip(self._losses, rows):
+        step: Dict[str, Dict[str, float]] = {}
+        for name, row, row_names in zip(self._losses, rows, names):
             (*sums, writers), flat = flat[: len(row)], flat[len(row) :]
             if writers:
-                step[name] = [value / writers for value in sums]
+                step[name] = {component: value / writers for component, value in zip(row_names, sums)}
         return step
 
     def _close_period(self) -> None:

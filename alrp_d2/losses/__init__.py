@@ -8,6 +8,7 @@ from .global_ranking import RankingGroup, ranking_group
 from .input_checks import NonFiniteInputError
 from .localisation_error import loc_error
 from .rank_sort_loss import RankSortLossTerms, rank_sort_loss, rank_sort_loss_indexed, rank_sort_loss_terms
+from .ranking_statistics import RankingStatistics
 from .soft_rank import soft_rank
 
 __all__ = [
@@ -17,6 +18,7 @@ __all__ = [
     "RankingGroup",
     "RankSortLossTerms",
     "RankingLossOutput",
+    "RankingStatistics",
     "alrp_loss",
     "alrp_loss_indexed",
     "alrp_loss_terms",

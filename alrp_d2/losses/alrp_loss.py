@@ -15,6 +15,7 @@ from .error_driven import (
 )
 from .global_ranking import RankingGroup
 from .ranking_inputs import RankingInputs
+from .ranking_statistics import RankingStatistics
 from .relation_sums import PositiveRanking
 
 __all__ = ["AlrpLossTerms", "alrp_loss", "alrp_loss_indexed", "alrp_loss_terms"]
@@ -27,6 +28,13 @@ class AlrpLossTerms(NamedTuple):
     loss_loc: Tensor
     positive_gradient_magnitude: Tensor
     negative_gradient_magnitude: Tensor
+
+    @property
+    def statistics(self) -> RankingStatistics:
+        """The step's record: ``cls`` and ``loc``."""
+        return RankingStatistics.of(
+            self.positive_gradient_magnitude, self.negative_gradient_magnitude, cls=self.loss_cls, loc=self.loss_loc
+        )
 
 
 def alrp_loss_indexed(

@@ -8,6 +8,7 @@ from typing import Any, NamedTuple, Optional, Tuple
 import torch
 from torch import Tensor
 
+from .ranking_statistics import RankingStatistics
 from .relation_sums import PositiveRanking
 from .serial_indexing import take_rows
 
@@ -28,6 +29,11 @@ class RankingLossOutput(NamedTuple):
     loss: Tensor
     positive_gradient_magnitude: Tensor
     negative_gradient_magnitude: Tensor
+
+    @property
+    def statistics(self) -> RankingStatistics:
+        """The step's record, ``loss`` as ``cls``."""
+        return RankingStatistics.of(self.positive_gradient_magnitude, self.negative_gradient_magnitude, cls=self.loss)
 
 
 def output_dtype(logits: Tensor) -> torch.dtype:

@@ -38,6 +38,7 @@ from torch import Tensor
 from .error_driven import ErrorDrivenRankingLoss, check_hyperparameters, nan_unless_finite, output_dtype
 from .global_ranking import RankingGroup
 from .ranking_inputs import RankingInputs
+from .ranking_statistics import RankingStatistics
 from .relation_sums import PositiveRanking
 from .serial_indexing import take_rows
 from .sorting_relations import SortingRelations
@@ -58,6 +59,16 @@ class RankSortLossTerms(NamedTuple):
     sorting_loss: Tensor
     positive_gradient_magnitude: Tensor
     negative_gradient_magnitude: Tensor
+
+    @property
+    def statistics(self) -> RankingStatistics:
+        """The step's record: ``rank`` and ``sort``."""
+        return RankingStatistics.of(
+            self.positive_gradient_magnitude,
+            self.negative_gradient_magnitude,
+            rank=self.ranking_loss,
+            sort=self.sorting_loss,
+        )
 
 
 def rank_sort_loss_indexed(

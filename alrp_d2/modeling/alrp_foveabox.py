@@ -10,7 +10,7 @@ from detectron2.modeling import META_ARCH_REGISTRY
 from detectron2.structures import Boxes
 from torch import Tensor
 
-from ..config_check import require_config
+from ..config_check import require_argument, require_config
 from .dense_boxes import DenseBoxes, DensePositives
 from .dense_ranking_detector import DenseRankingDetector
 from .foveabox import FoveaBox
@@ -55,18 +55,22 @@ class AlrpFoveaBox(DenseRankingDetector, FoveaBox):
             kwargs: :class:`DenseRankingDetector` and :class:`FoveaBox` arguments.
         """
         super().__init__(**kwargs)
-        require_config(
+        require_argument(
             loc_target in FOVEABOX_LOC_TARGETS,
-            "MODEL.FOVEABOX.ALRP_LOC_TARGET",
+            type(self).__name__,
+            "loc_target",
             loc_target,
-            f"loc_target must be one of {FOVEABOX_LOC_TARGETS}",
+            f"must be one of {FOVEABOX_LOC_TARGETS}",
         )
         self.loc_target = loc_target
 
     @classmethod
     def from_config(cls, cfg) -> Dict:
+        loc_target = cfg.MODEL.FOVEABOX.ALRP_LOC_TARGET
+        key = "MODEL.FOVEABOX.ALRP_LOC_TARGET"
+        require_config(loc_target in FOVEABOX_LOC_TARGETS, key, loc_target, f"must be one of {FOVEABOX_LOC_TARGETS}")
         ret = super().from_config(cfg)
-        ret["loc_target"] = cfg.MODEL.FOVEABOX.ALRP_LOC_TARGET
+        ret["loc_target"] = loc_target
         return ret
 
     def dense_boxes(self, anchors: List[Boxes], pred_anchor_deltas: List[Tensor], gt_boxes: List[Tensor]) -> DenseBoxes:

@@ -33,11 +33,10 @@ class AlrpFastRCNNOutputLayers(FastRCNNOutputLayers):
     decoded from the GT class's deltas. Losses: ``loss_box_cls`` and ``loss_box_loc``
     (:class:`HeadRankingLoss` named "box"). Inference scores are the sigmoid scores.
 
-    With MODEL.ALRP.CRITERION "RankSortCriterion" it is the box head of RS R-CNN (the official
+    With Rank & Sort Loss as the criterion it is the box head of RS R-CNN (the official
     ``RankBasedShared2FCBBoxHead``): RS Loss ranks all (proposal, class) pairs with the IoUs of the
     positives' decoded boxes as targets, and the GIoU loss of every positive is weighted by the
-    proposal's detached best class score and balanced by the loss values of the step (see
-    :class:`~alrp_d2.criteria.RankSortCriterion`).
+    proposal's detached best class score and balanced by the loss values of the step (docs/rank_sort.md).
     """
 
     @configurable
@@ -105,11 +104,12 @@ class AlrpROIHeads(StandardROIHeads):
     POSITIVE_FRACTION are unused.
 
     With MODEL.MASK_ON and MODEL.ROI_MASK_HEAD.NAME "RankSortMaskHead" (RS Mask R-CNN, the official
-    ``RankBasedStandardRoIHead``), training passes the box head's results to the mask head explicitly: each
-    foreground proposal's mask loss is weighted by its detached best class score, at most
+    ``RankBasedStandardRoIHead``), the box head's criterion weights the mask loss (``balanced_tasks`` "mask") and
+    training passes the box head's step to the mask head explicitly: each foreground proposal's mask loss is weighted
+    by the criterion's weight of that positive (Rank & Sort Loss: its detached best class score), at most
     MODEL.ALRP.MASK_MAX_POSITIVES foreground proposals of the batch (a random subset when there are more) train the
-    mask head, and its loss is balanced as the box loss: ``loss_mask = (L_rank + L_sort) / L_mask * L_mask`` with
-    the box head's values of the step (:meth:`HeadRankingLoss.balance_task`).
+    mask head, and its loss is balanced by the criterion (:meth:`HeadRankingLoss.balance_task`; Rank & Sort Loss:
+    ``loss_mask = (L_rank + L_sort) / L_mask * L_mask`` with the box head's values of the step).
     """
 
     @classmethod
@@ -125,32 +125,36 @@ class AlrpROIHeads(StandardROIHeads):
         proposals: List[Instances],
         targets: Optional[List[Instances]] = None,
     ):
-        """detectron2's ``forward``; in training with a :class:`RankSortMaskHead`, the box head's scores and loss
-        values reach the mask head as arguments."""
-        if not (self.training and isinstance(getattr(self, "mask_head", None), RankSortMaskHead)):
+        """detectron2's ``forward``; in training, when the box head's criterion weights the mask loss
+        (``balanced_tasks`` "mask"), the box head's step reaches the mask head as an argument."""
+        if not (self.training and "mask" in self.box_predictor.ranking_loss.balanced_tasks):
             return super().forward(images, features, proposals, targets)
         proposals = self.label_and_sample_proposals(proposals, targets)
         box_features = self.box_pooler(
             [features[f] for f in self.box_in_features], [x.proposal_boxes for x in proposals]
         )
-        predictions = self.box_predictor(self.box_head(box_features))
-        box = self.box_predictor.ranking_losses(predictions, proposals)
+        box = self.box_predictor.ranking_losses(self.box_predictor(self.box_head(box_features)), proposals)
         losses = dict(box.losses)
-        score_weights = predictions[0].detach().sigmoid().amax(dim=1)
-        losses["loss_mask"] = self._rank_sort_mask_loss(features, proposals, score_weights, box.task_value)
+        losses["loss_mask"] = self._balanced_mask_loss(features, proposals, box)
         losses.update(self._forward_keypoint(features, proposals))
         return proposals, losses
 
-    def _rank_sort_mask_loss(
-        self, features: Dict[str, Tensor], proposals: List[Instances], score_weights: Tensor, task_value: Tensor
-    ) -> Tensor:
-        """The loss of the :class:`RankSortMaskHead` on at most ``max_positives`` foreground proposals, weighted by
-        their (R,) ``score_weights`` and balanced by the box head's ``task_value``."""
+    def _balanced_mask_loss(self, features: Dict[str, Tensor], proposals: List[Instances], box: HeadLoss) -> Tensor:
+        """The loss of the :class:`RankSortMaskHead` on at most ``max_positives`` foreground proposals (the box
+        positives), each weighted by the criterion's ``positive_weights`` and the whole by its ``task_weight`` of
+        the box head's step."""
         mask_head: RankSortMaskHead = self.mask_head
-        foreground, selected = select_foreground_proposals(proposals, self.num_classes)
-        # The foreground rows by their number, known on the host: no synchronisation.
-        rows = torch.nonzero_static(cat(selected), size=sum(len(image) for image in foreground)).squeeze(1)
-        instances, weights = mask_head.subsample(foreground, score_weights[rows])
+        foreground, _ = select_foreground_proposals(proposals, self.num_classes)
+        count = sum(len(image) for image in foreground)
+        weights = box.output.positive_weights
+        if weights is None:
+            weights = box.positives.row.new_ones(count, dtype=torch.float32)
+        if len(weights) != count:
+            raise ValueError(
+                f"{type(self.box_predictor.ranking_loss.criterion).__name__} gives {len(weights)} positive weights "
+                f"for {count} foreground proposals: its box positives must be the foreground proposals"
+            )
+        instances, weights = mask_head.subsample(foreground, weights)
         # detectron2's _forward_mask in training, without selecting the foreground again (a sync per image).
         if self.mask_pooler is not None:
             mask_features = self.mask_pooler(
@@ -159,7 +163,7 @@ class AlrpROIHeads(StandardROIHeads):
         else:
             mask_features = {f: features[f] for f in self.mask_in_features}
         loss = mask_head.weighted_loss(mask_features, instances, weights)
-        return self.box_predictor.ranking_loss.balance_task("mask", loss, task_value)
+        return self.box_predictor.ranking_loss.balance_task("mask", loss, box)
 
     def _sample_proposals(
         self, matched_idxs: Tensor, matched_labels: Tensor, gt_classes: Tensor

@@ -14,6 +14,7 @@ from detectron2.structures import Boxes
 from torch import Tensor, nn
 
 from ..config_check import require_config
+from ..criteria.config_keys import RPN_KEYS
 from .dense_boxes import DenseBoxes
 from .dense_ranking_detector import dense_ranking_loss
 from .head_ranking_loss import HeadRankingLoss
@@ -84,8 +85,7 @@ class AlrpRPN(MinIoULowQualityRPN):
         ret["ranking_loss"] = HeadRankingLoss.from_config(
             cfg,
             "rpn",
-            delta_key="RPN_DELTA",
-            tau_key="RPN_TAU",
+            keys=RPN_KEYS,
             loss_weight=alrp.RPN_WEIGHT,
         )
         return ret

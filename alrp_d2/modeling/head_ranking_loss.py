@@ -9,28 +9,16 @@ import torch
 from detectron2.config import CfgNode
 from torch import Tensor, nn
 
-from ..config_check import require_config
+from ..config_check import require_argument, require_config
+from ..criteria.config_keys import HEAD_KEYS, HeadKeys
 from ..criteria.correlation_term import correlation_terms
-from ..criteria.rank_sort import value_balance
-from ..criteria.ranking_criterion import PositiveSource, PositiveTerm, RankingCriterion
+from ..criteria.ranking_criterion import CriterionOutput, PositiveSource, PositiveTerm, RankingCriterion
 from ..criteria.registry import build_ranking_criterion
 from ..criteria.targets import PositiveTargets, RowLabels
 from ..losses.global_ranking import RANKINGS, ranking_group
+from ..losses.ranking_statistics import RankingStatistics
 
-__all__ = ["HeadLoss", "HeadRankingLoss", "RankingStatistics"]
-
-
-class RankingStatistics(NamedTuple):
-    """One step of a head's ranking loss, unweighted: the two components and the summed
-    magnitudes of the positives' and negatives' score gradients (their ratio is paper Fig. 3),
-    and further named values of the step (``components``, in the order of
-    :attr:`HeadRankingLoss.component_names`)."""
-
-    loss_cls: Tensor
-    loss_loc: Tensor
-    positive_gradient_magnitude: Tensor
-    negative_gradient_magnitude: Tensor
-    components: Tuple[Tuple[str, Tensor], ...] = ()
+__all__ = ["HeadLoss", "HeadRankingLoss"]
 
 
 class HeadLoss(NamedTuple):
@@ -39,13 +27,14 @@ class HeadLoss(NamedTuple):
     Attributes:
         losses: ``loss_<name>_cls``, ``loss_<name>_loc`` and one entry per additive term.
         positives: the positives of the localisation loss (``targets.box`` of the criterion).
-        task_value: the detached classification value of the step, which a ``value_balanced`` criterion balances
-            the head's other tasks against (:meth:`HeadRankingLoss.balance_task`).
+        output: the criterion's output of the step (``loss_cls`` NaN when a label was out of range), from which it
+            weights the head's other tasks (:meth:`HeadRankingLoss.balance_task`,
+            :attr:`~alrp_d2.criteria.CriterionOutput.positive_weights`).
     """
 
     losses: Dict[str, Tensor]
     positives: PositiveTargets
-    task_value: Tensor
+    output: CriterionOutput
 
 
 class HeadRankingLoss(nn.Module):
@@ -56,15 +45,15 @@ class HeadRankingLoss(nn.Module):
     It keeps what is the head's: its name in the loss keys and logs, the weight of the whole loss (the RPN's 0.2,
     App. G.4), the localisation weight (a buffer that travels with the model and its checkpoints, maintained by
     :class:`alrp_d2.engine.SelfBalanceHook` when ``self_balanced`` (Sec. 4.2) and constant otherwise (paper Table
-    3; a constant weight keeps the config's value when weights are loaded)), the tasks it balances, and the
-    statistics of its last step until :meth:`take_statistics` reads them after the step.
+    3; a constant weight keeps the config's value when weights are loaded)), the tasks its criterion balances, and
+    the statistics of its last step until :meth:`take_statistics` reads them after the step.
 
     ``ranking`` chooses the batch: "per_worker" (the paper's training) ranks this worker's images; "global" ranks
     the images of all workers of the default process group as one ranking (:mod:`alrp_d2.losses.global_ranking`).
 
     :meth:`forward` returns ``loss_<name>_cls`` (NaN when a label is out of range, so that training stops with
-    detectron2's FloatingPointError) and ``loss_<name>_loc`` (times the localisation weight and, with a
-    ``value_balanced`` criterion, its balancing factor of the step).
+    detectron2's FloatingPointError) and ``loss_<name>_loc`` (times the localisation weight and the criterion's
+    ``loc_factor`` of the step).
     """
 
     loc_weight: Tensor
@@ -85,30 +74,34 @@ class HeadRankingLoss(nn.Module):
         Args:
             name: the head's name in the loss keys and the logs ("retinanet", "rpn", "box", ...).
             criterion: the ranking criterion.
-            loc_weight: the initial (self-balanced) or constant localisation weight.
-            self_balanced: whether the self-balance hook updates the localisation weight (not with a
-                ``value_balanced`` criterion, which balances by the values of every step).
+            loc_weight: the initial (self-balanced) or constant localisation weight, > 0.
+            self_balanced: whether the self-balance hook updates the localisation weight (only with a criterion that
+                ``allows_self_balance``).
             loss_weight: weight of both components.
             ranking: "per_worker" or "global".
-            balanced_tasks: other tasks of the head balanced by :meth:`balance_task` (a ``value_balanced``
-                criterion only).
+            balanced_tasks: other tasks of the head weighted by the criterion (:meth:`balance_task`; a criterion that
+                ``balances_tasks`` only).
             terms: losses added on the head's positives.
         """
         super().__init__()
-        if ranking not in RANKINGS:
-            raise ValueError(f"ranking must be one of {RANKINGS}, got {ranking!r}")
+        owner = f"{type(self).__name__}[{name!r}]"
         criterion_name = type(criterion).__name__
-        if criterion.value_balanced and self_balanced:
-            raise ValueError(
-                f"{criterion_name} balances the localisation loss by the values of every step: self_balanced must be "
-                "False (MODEL.ALRP.SB_ENABLED False)"
-            )
-        if balanced_tasks and not criterion.value_balanced:
-            raise ValueError(
-                f"head {name!r} balances the tasks {tuple(balanced_tasks)} by its criterion's values, which "
-                f"{criterion_name} does not give: use a value-balanced criterion (MODEL.ALRP.CRITERION "
-                "'RankSortCriterion' with MODEL.ROI_MASK_HEAD.NAME 'RankSortMaskHead')"
-            )
+        require_argument(ranking in RANKINGS, owner, "ranking", ranking, f"must be one of {RANKINGS}")
+        require_argument(loc_weight > 0, owner, "loc_weight", loc_weight, "must be > 0")
+        require_argument(
+            not self_balanced or criterion.allows_self_balance,
+            owner,
+            "self_balanced",
+            self_balanced,
+            f"{criterion_name} balances the localisation loss itself: the head's weight must be constant",
+        )
+        require_argument(
+            not balanced_tasks or criterion.balances_tasks,
+            owner,
+            "balanced_tasks",
+            tuple(balanced_tasks),
+            f"{criterion_name} does not balance other tasks (its balances_tasks is False)",
+        )
         self.name = name
         self.criterion = criterion
         self.self_balanced = self_balanced
@@ -125,20 +118,33 @@ class HeadRankingLoss(nn.Module):
         cfg: CfgNode,
         name: str,
         *,
-        delta_key: str = "DELTA",
-        tau_key: str = "TAU",
+        keys: HeadKeys = HEAD_KEYS,
         loss_weight: float = 1.0,
         balanced_tasks: Sequence[str] = (),
     ) -> HeadRankingLoss:
         """The loss of head ``name`` from MODEL.ALRP: the criterion of MODEL.ALRP.CRITERION with the head's delta and
-        tau (MODEL.ALRP.<delta_key>, <tau_key>), self-balanced from SB_INIT_WEIGHT or with the constant LOC_WEIGHT,
-        and the Correlation Loss term of MODEL.ALRP.CORR_WEIGHT > 0."""
+        tau (``keys``), self-balanced from SB_INIT_WEIGHT or with the constant LOC_WEIGHT, and the Correlation Loss
+        term of MODEL.ALRP.CORR_WEIGHT > 0."""
         alrp = cfg.MODEL.ALRP
         for key in ("SB_INIT_WEIGHT", "LOC_WEIGHT"):
             require_config(alrp[key] > 0, f"MODEL.ALRP.{key}", alrp[key], "must be > 0")
+        criterion = build_ranking_criterion(cfg, keys)
+        require_config(
+            not alrp.SB_ENABLED or criterion.allows_self_balance,
+            "MODEL.ALRP.SB_ENABLED",
+            alrp.SB_ENABLED,
+            f"must be False with MODEL.ALRP.CRITERION {alrp.CRITERION!r}, which balances the localisation loss itself",
+        )
+        require_config(
+            not balanced_tasks or criterion.balances_tasks,
+            "MODEL.ALRP.CRITERION",
+            alrp.CRITERION,
+            f"must name a criterion that balances the head's other tasks {tuple(balanced_tasks)} (their head, e.g. "
+            "MODEL.ROI_MASK_HEAD.NAME 'RankSortMaskHead', is weighted by the box head's criterion)",
+        )
         return cls(
             name,
-            criterion=build_ranking_criterion(cfg, delta_key=delta_key, tau_key=tau_key),
+            criterion=criterion,
             loc_weight=alrp.SB_INIT_WEIGHT if alrp.SB_ENABLED else alrp.LOC_WEIGHT,
             self_balanced=alrp.SB_ENABLED,
             loss_weight=loss_weight,
@@ -149,13 +155,14 @@ class HeadRankingLoss(nn.Module):
 
     @property
     def component_names(self) -> Tuple[str, ...]:
-        """The names of :attr:`RankingStatistics.components`, logged as ``sb/<name>/<component>``: the criterion's
-        (Rank & Sort Loss's ``rank``, ``sort``), with a ``value_balanced`` criterion the box loss's ``weight``
-        (loc_weight times the step's factor) and, per balanced task, its unweighted loss and weight."""
-        if not self.criterion.value_balanced:
-            return self.criterion.component_names
-        tasks = tuple(f"{task}{suffix}" for task in self.balanced_tasks for suffix in ("", "_weight"))
-        return self.criterion.component_names + ("weight",) + tasks
+        """The names of the values of the head's :class:`~alrp_d2.losses.RankingStatistics`, logged as
+        ``sb/<name>/<component>``: ``cls`` and ``loc`` (unweighted), the criterion's (Rank & Sort Loss's ``rank``,
+        ``sort`` and its balancing ``weight``) and, per balanced task, its unweighted loss and weight."""
+        return ("cls", "loc") + self.criterion.component_names + self._task_component_names
+
+    @property
+    def _task_component_names(self) -> Tuple[str, ...]:
+        return tuple(f"{task}{suffix}" for task in self.balanced_tasks for suffix in ("", "_weight"))
 
     def forward(self, logits: Tensor, rows: RowLabels, source: PositiveSource) -> HeadLoss:
         """
@@ -168,42 +175,27 @@ class HeadRankingLoss(nn.Module):
         targets = self.criterion.targets(rows, source)
         positives = targets.box
         output = self.criterion(logits, targets, self.criterion.localisation_losses(positives, source), group)
-        loss_cls = torch.where(positives.labels_in_range, output.loss_cls, torch.nan)
-        loc_weight = self.loc_weight * output.loc_factor
-        components = output.components
-        if self.criterion.value_balanced:
-            components += (("weight", loc_weight),) + tuple(
-                (f"{task}{suffix}", torch.zeros_like(loc_weight))
-                for task in self.balanced_tasks
-                for suffix in ("", "_weight")
-            )
-        self._statistics = RankingStatistics(
-            loss_cls.detach(),
-            output.loss_loc.detach(),
-            output.positive_gradient_magnitude.detach(),
-            output.negative_gradient_magnitude.detach(),
-            tuple((name, value.detach()) for name, value in components),
-        )
+        output = output._replace(loss_cls=torch.where(positives.labels_in_range, output.loss_cls, torch.nan))
+        tasks = {name: torch.zeros_like(output.loss_loc) for name in self._task_component_names}  # balance_task's
+        self._statistics = output.statistics.with_values(cls=output.loss_cls, loc=output.loss_loc, **tasks)
         losses = {
-            f"loss_{self.name}_cls": self.loss_weight * loss_cls,
-            f"loss_{self.name}_loc": (self.loss_weight * loc_weight) * output.loss_loc,
+            f"loss_{self.name}_cls": self.loss_weight * output.loss_cls,
+            f"loss_{self.name}_loc": (self.loss_weight * self.loc_weight * output.loc_factor) * output.loss_loc,
         }
         for term in self.terms:
             losses[f"loss_{self.name}_{term.name}"] = term(logits, positives, source, group)
-        return HeadLoss(losses, positives, loss_cls.detach())
+        return HeadLoss(losses, positives, output)
 
-    def balance_task(self, task: str, loss: Tensor, task_value: Tensor) -> Tensor:
-        """``loss`` of another task of the head (e.g. RS Mask R-CNN's mask loss) times ``task_value / loss``
-        (detached; 0 when ``loss`` is 0), ``task_value`` being :attr:`HeadLoss.task_value` of the same step, as the
-        official RS heads balance it; its unweighted value and weight are logged as ``sb/<name>/<task>`` and
-        ``sb/<name>/<task>_weight``."""
+    def balance_task(self, task: str, loss: Tensor, step: HeadLoss) -> Tensor:
+        """``loss`` of another task of the head (e.g. RS Mask R-CNN's mask loss) times the criterion's weight of it
+        given the head's ``step`` (:meth:`~alrp_d2.criteria.RankingCriterion.task_weight`; Rank & Sort Loss:
+        ``(L_rank + L_sort) / loss``, as the official RS heads); its unweighted value and weight are logged as
+        ``sb/<name>/<task>`` and ``sb/<name>/<task>_weight``."""
         if task not in self.balanced_tasks:
             raise ValueError(f"head {self.name!r} balances the tasks {self.balanced_tasks}, not {task!r}")
-        weight = value_balance(task_value, loss.detach())
+        weight = self.criterion.task_weight(step.output, loss)
         if self._statistics is not None:
-            updates = {task: loss.detach(), f"{task}_weight": weight}
-            components = tuple((name, updates.get(name, value)) for name, value in self._statistics.components)
-            self._statistics = self._statistics._replace(components=components)
+            self._statistics = self._statistics.with_values(**{task: loss, f"{task}_weight": weight})
         return (self.loss_weight * weight) * loss
 
     def take_statistics(self) -> Optional[RankingStatistics]:
@@ -222,10 +214,7 @@ class HeadRankingLoss(nn.Module):
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def extra_repr(self) -> str:
-        if self.criterion.value_balanced:
-            kind = "balanced by the step's loss values, constant factor"
-        else:
-            kind = "self-balanced" if self.self_balanced else "constant"
+        kind = "self-balanced" if self.self_balanced else "constant"
         tasks = f", balanced_tasks={self.balanced_tasks}" if self.balanced_tasks else ""
         terms = f", terms={self.terms}" if self.terms else ""
         return (

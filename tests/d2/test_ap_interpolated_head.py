@@ -9,7 +9,7 @@ from alrp_d2.config import setup_cfg
 from alrp_d2.criteria import APCriterion, InterpolatedAPCriterion, PositiveTargets
 from alrp_d2.losses import ap_loss
 
-from ..test_ranking_losses import random_case
+from ..ranking_cases import random_case
 from .tiny_configs import CONFIG_DIR, ranking_statistics, tiny_batch, tiny_retinanet_cfg
 
 CRITERIA = {"interpolated": (InterpolatedAPCriterion, None), "plain": (APCriterion, 1e-5)}

@@ -17,7 +17,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from alrp_d2.engine.self_balance import SelfBalanceHook
 
-from ..test_global_ranking import spawn_workers
+from ..distributed_cases import spawn_workers
 from .tiny_configs import instances, tiny_faster_rcnn_cfg, tiny_rank_sort_cfg, tiny_retinanet_cfg, with_masks
 
 # Relative to the largest gradient entry of each parameter (float32 model; the reductions of

@@ -112,12 +112,12 @@ def assert_matches_official(
 ):
     """Values, the statistics and the gradients of ``loss_head_cls`` (logits) and ``loss_head_loc`` (boxes)."""
     statistics = head.take_statistics()
-    components = dict(statistics.components)
+    components = statistics.values
     value = expected["rank"] + expected["sort"]
     assert components["rank"].item() == pytest.approx(expected["rank"], rel=1e-9, abs=1e-12)
     assert components["sort"].item() == pytest.approx(expected["sort"], rel=1e-9, abs=1e-12)
     assert out["loss_head_cls"].item() == pytest.approx(value, rel=1e-9)
-    assert statistics.loss_loc.item() == pytest.approx(expected["loss_box"].item(), rel=1e-5)
+    assert components["loc"].item() == pytest.approx(expected["loss_box"].item(), rel=1e-5)
     assert components["weight"].item() == pytest.approx(expected["balance"], rel=1e-5)
     # The balanced box loss equals the classification value; its gradient is lambda times L_box's.
     assert out["loss_head_loc"].item() == pytest.approx(value, rel=1e-5)
@@ -224,7 +224,7 @@ def test_box_head_is_the_official_box_head():
     class_deltas = deltas.reshape(50, 3, 4)[torch.arange(50), labels.clamp(max=2)]
     pred = predictor.box2box_transform.apply_deltas(class_deltas, boxes)
     expected = official_head(scores, labels, pred, torch.cat([p.gt_boxes.tensor for p in proposals]))
-    statistics = dict(predictor.ranking_loss.take_statistics().components)
+    statistics = predictor.ranking_loss.take_statistics().values
     assert statistics["rank"].item() == pytest.approx(expected["rank"], rel=1e-5)
     assert statistics["sort"].item() == pytest.approx(expected["sort"], rel=1e-5, abs=1e-7)
     assert out["loss_box_loc"].item() == pytest.approx(expected["rank"] + expected["sort"], rel=1e-5)
@@ -269,7 +269,7 @@ def test_dense_heads_are_the_official_dense_heads(head):
     pred = module.box2box_transform.apply_deltas(flat_deltas, all_anchors.repeat(images, 1))
     expected = official_head(flat_logits, official_labels, pred, torch.cat(gt_boxes))
     name = "rpn" if head == "rpn" else "atss"
-    components = dict(module.ranking_loss.take_statistics().components)
+    components = module.ranking_loss.take_statistics().values
     assert components["rank"].item() == pytest.approx(expected["rank"], rel=1e-5)
     assert components["sort"].item() == pytest.approx(expected["sort"], rel=1e-5, abs=1e-7)
     assert out[f"loss_{name}_cls"].item() == pytest.approx(weight * (expected["rank"] + expected["sort"]), rel=1e-5)

@@ -4,7 +4,6 @@ R-CNN proposals and RPN low-quality matches, torchvision initialisation with fro
 from __future__ import annotations
 
 import copy
-import functools
 import math
 import pickle
 
@@ -25,6 +24,7 @@ from alrp_d2.modeling import FrozenStatsBatchNorm2d
 from alrp_d2.modeling.alrp_rpn import MinIoULowQualityMatcher
 
 from .tiny_configs import load_config, tiny_faster_rcnn_cfg
+from .torchvision_weights import torchvision_to_detectron2
 
 COCO_TRAIN_IMAGES = 117_266  # train2017 images with annotations
 TORCHVISION_R50 = "detectron2://ImageNetPretrained/torchvision/R-50.pkl"
@@ -262,27 +262,6 @@ def test_frozen_stats_bn_needs_a_backbone_that_builds_it():
 
 # torchvision's ResNet names -> detectron2's: the renaming that detectron2's
 # tools/convert-torchvision-to-d2.py (docs/reproducing.md's conversion; not part of the installed package) applies.
-TORCHVISION_TO_D2_RENAMES = (
-    *((f"layer{stage}", f"res{stage + 1}") for stage in range(1, 5)),
-    *((f"bn{conv}", f"conv{conv}.norm") for conv in range(1, 4)),
-    ("downsample.0", "shortcut"),
-    ("downsample.1", "shortcut.norm"),
-)
-
-
-def torchvision_to_detectron2(state_dict: dict) -> dict:
-    """A torchvision ResNet state dict as the converter writes it (stem keys under ``stem.``)."""
-
-    def renamed(key: str) -> str:
-        return functools.reduce(lambda name, rule: name.replace(*rule), TORCHVISION_TO_D2_RENAMES, key)
-
-    model = {
-        renamed(key if key.startswith("layer") else f"stem.{key}"): value.detach().numpy()
-        for key, value in state_dict.items()
-    }
-    return {"model": model, "__author__": "torchvision", "matching_heuristics": True}
-
-
 @pytest.mark.parametrize("arch,groups,width", [("resnet50", 1, 64), ("resnext50_32x4d", 32, 4)])
 def test_converted_torchvision_weights_give_torchvisions_features(tmp_path, arch, groups, width):
     """The paper configs' ResNet, loaded from converted torchvision weights and in training mode, computes the

@@ -10,7 +10,8 @@ from torch import nn
 
 from alrp_d2.criteria import AlrpCriterion
 from alrp_d2.engine.self_balance import SelfBalanceHook, self_balanced_weight
-from alrp_d2.modeling import HeadRankingLoss, RankingStatistics
+from alrp_d2.losses import RankingStatistics
+from alrp_d2.modeling import HeadRankingLoss
 
 # (L_cls, L_loc) of two heads at iterations 0..6.
 VALUES = {
@@ -33,7 +34,9 @@ class ScriptedLoss(HeadRankingLoss):
 
     def take_statistics(self):
         cls_value, loc_value = VALUES[self.name][self.iteration]
-        return RankingStatistics(*(torch.tensor(v) for v in (cls_value, loc_value, 2.0, 3.0)))
+        return RankingStatistics.of(
+            torch.tensor(2.0), torch.tensor(3.0), cls=torch.tensor(cls_value), loc=torch.tensor(loc_value)
+        )
 
 
 class TwoHeads(nn.Module):

@@ -9,8 +9,16 @@ from detectron2.utils.events import EventStorage
 
 from alrp_d2.engine.self_balance import find_ranking_losses
 
+from .balanced_criterion import BalancedCrossEntropyCriterion
 from .docs_criterion import load_docs_criterion
-from .tiny_configs import tiny_batch, tiny_faster_rcnn_cfg, tiny_retinanet_cfg
+from .tiny_configs import (
+    ranking_statistics,
+    tiny_batch,
+    tiny_faster_rcnn_cfg,
+    tiny_rank_sort_cfg,
+    tiny_retinanet_cfg,
+    with_masks,
+)
 
 CASES = {
     "retinanet": (tiny_retinanet_cfg, {"retinanet"}),
@@ -40,3 +48,27 @@ def test_a_user_criterion_trains_the_detector_by_its_config_name(detector):
 def test_an_unknown_criterion_names_the_key_and_the_registered_ones():
     with pytest.raises(ValueError, match=r"MODEL.ALRP.CRITERION='Nope'.*AlrpCriterion.*RankSortCriterion"):
         build_model(tiny_retinanet_cfg(CRITERION="Nope"))
+
+
+def test_a_criterion_that_balances_like_rank_sort_trains_rs_mask_rcnn():
+    """RS Mask R-CNN's box and mask heads with a value-balanced criterion of a test module, by config alone: the
+    mask loss is weighted by the criterion's positive weights and balanced by its task weight."""
+    torch.manual_seed(0)
+    cfg = tiny_rank_sort_cfg("quickstart/rs_mask_rcnn_shapes.yaml", CRITERION="BalancedCrossEntropyCriterion")
+    model = build_model(cfg).train()
+    assert isinstance(model.roi_heads.box_predictor.ranking_loss.criterion, BalancedCrossEntropyCriterion)
+    with EventStorage():
+        losses = model(with_masks(tiny_batch()))
+    box = ranking_statistics(model)["box"]
+    assert box["mask"] > 0 and box["mask_weight"] == pytest.approx(box["cls"] / box["mask"], rel=1e-5)
+    assert losses["loss_mask"].item() == pytest.approx(losses["loss_box_cls"].item(), rel=1e-5)
+    assert losses["loss_box_loc"].item() == pytest.approx(losses["loss_box_cls"].item(), rel=1e-5)
+    sum(losses.values()).backward()
+    assert model.roi_heads.mask_head.predictor.weight.grad.abs().sum() > 0
+    assert model.roi_heads.box_predictor.cls_score.weight.grad.abs().sum() > 0
+
+
+def test_a_criterion_that_does_not_balance_tasks_is_refused_for_rs_mask_rcnn():
+    cfg = tiny_rank_sort_cfg("quickstart/rs_mask_rcnn_shapes.yaml", CRITERION="AlrpCriterion")
+    with pytest.raises(ValueError, match=r"MODEL.ALRP.CRITERION='AlrpCriterion': must name a criterion that balances"):
+        build_model(cfg)

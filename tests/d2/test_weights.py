@@ -23,8 +23,8 @@ from alrp_d2.engine import AlrpTrainer
 from alrp_d2.evaluation import AlrpPredictor
 from alrp_d2.safe_pickle import UnsafePickleError
 
-from .test_recipe import torchvision_to_detectron2
 from .tiny_configs import tiny_faster_rcnn_cfg, tiny_retinanet_cfg
+from .torchvision_weights import torchvision_to_detectron2
 
 TRAIN = "weights_train"  # training runs below load weights and never read an image
 

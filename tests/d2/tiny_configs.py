@@ -99,7 +99,10 @@ def ranking_statistics(model) -> Dict[str, Dict[str, float]]:
     for name, loss in find_ranking_losses(model).items():
         statistics = loss.take_statistics()
         if statistics is not None:
-            cls_value, loc_value, positive, negative = (float(value) for value in statistics[:4])
-            result[name] = {"cls": cls_value, "loc": loc_value, "ratio": negative / positive if positive else None}
-            result[name].update({key: float(value) for key, value in statistics.components})
+            positive, negative = (
+                float(statistics.positive_gradient_magnitude),
+                float(statistics.negative_gradient_magnitude),
+            )
+            result[name] = {key: float(value) for key, value in statistics.values.items()}
+            result[name]["ratio"] = negative / positive if positive else None
     return result
