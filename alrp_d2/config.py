@@ -12,6 +12,7 @@ from detectron2.config import CfgNode as CN
 from detectron2.config import get_cfg
 
 from .config_check import require_config, require_integer
+from .hyperparameter_ranges import is_number
 from .losses.global_ranking import RANKINGS
 from .modeling.backbone import (
     FPN_KEY_BACKBONES,
@@ -227,6 +228,22 @@ def _dense_head_config(norm: str, focal_alpha: float, focal_gamma: float, score_
 # Keys of ours whose float values (also inside lists) must be finite numbers: whole nodes, and single keys.
 FINITE_FLOAT_NODES = ("MODEL.ALRP", "INPUT.SSD", "MODEL.FOVEABOX", "MODEL.FCOS")
 FINITE_FLOAT_KEYS = ("MODEL.ANCHOR_GENERATOR.OCTAVE_BASE_SCALE",)
+# Float keys of ours that must be numbers (yacs accepts None for any key): each reader's comparison would fail bare.
+NUMBER_KEYS = tuple(
+    f"MODEL.ALRP.{name}"
+    for name in (
+        "DELTA",
+        "TAU",
+        "SB_INIT_WEIGHT",
+        "LOC_WEIGHT",
+        "CORR_WEIGHT",
+        "RPN_WEIGHT",
+        "RPN_TAU",
+        "RPN_DELTA",
+        "RPN_LOW_QUALITY_MIN_IOU",
+        "RPN_PRIOR_PROB",
+    )
+)
 # Solver periods that must be positive integers (0 divides by zero or never ends in detectron2 / fvcore).
 POSITIVE_SOLVER_KEYS = ("MAX_ITER", "CHECKPOINT_PERIOD", "LOG_PERIOD")
 
@@ -321,6 +338,12 @@ def _validate_finite_floats(cfg: CN) -> None:
             raise ValueError(f"Invalid config value {key}={reprlib.repr(value)}: must be finite (not inf or nan)")
 
 
+def _validate_number_keys(cfg: CN) -> None:
+    for key in NUMBER_KEYS:
+        value = _lookup(cfg, key)
+        require_config(is_number(value), key, value, "must be a number")
+
+
 def _require_choice(cfg: CN, key: str, choices: Sequence[str]) -> None:
     value = _lookup(cfg, key)
     require_config(value in choices, key, value, f"must be one of {tuple(choices)}")
@@ -383,6 +406,7 @@ def validate_alrp_config(cfg: CN) -> None:
     hook are in range. The keys of the ranking losses and the detectors are checked by the code that reads them,
     when the model is built (alrp_d2.modeling)."""
     _validate_finite_floats(cfg)
+    _validate_number_keys(cfg)
     _validate_solver_periods(cfg)
     _validate_network_keys(cfg)
     alrp = cfg.MODEL.ALRP

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
-__all__ = ["require_config", "require_integer"]
+__all__ = ["require_argument", "require_config", "require_integer"]
 
 
 def require_config(condition: bool, key: str, value: Any, expectation: str) -> None:
@@ -21,3 +21,10 @@ def require_integer(key: str, value: Any, minimum: int, note: str = "") -> None:
         value,
         f"must be an integer >= {minimum}{note}",
     )
+
+
+def require_argument(owner: str, name: str, value: Any, problem: Optional[str]) -> None:
+    """Raises ValueError naming the argument ``name`` of ``owner`` (a class, e.g. "HeadRankingLoss('box')") when
+    ``problem`` (what is wrong with ``value``) is not None: the name a LazyConfig sets it by."""
+    if problem is not None:
+        raise ValueError(f"Invalid argument {name}={value!r} of {owner}: {problem}")

@@ -9,7 +9,8 @@ import torch
 from detectron2.config import CfgNode
 from torch import Tensor
 
-from ..config_check import require_config
+from ..config_check import require_argument, require_config
+from ..hyperparameter_ranges import weight_problem
 from ..losses.correlation_loss import CORRELATION_KINDS, correlation_loss, correlation_loss_per_level
 from ..losses.global_ranking import RankingGroup, exchange_checked
 from ..losses.localisation_error import paired_iou_giou
@@ -40,6 +41,7 @@ class CorrelationTerm:
         require_config(
             kind in CORRELATION_KINDS, "MODEL.ALRP.CORR_KIND", kind, f"kind must be one of {CORRELATION_KINDS}"
         )
+        require_argument("CorrelationTerm", "weight", weight, weight_problem(weight, zero=True))
         self.kind = kind
         self.weight = weight
         self.per_level = per_level
@@ -81,6 +83,7 @@ def correlation_terms(cfg: CfgNode) -> List[CorrelationTerm]:
     """The Correlation Loss term of MODEL.ALRP.CORR_KIND, CORR_WEIGHT and CORR_PER_LEVEL, none with weight 0 (the
     keys are checked all the same)."""
     alrp = cfg.MODEL.ALRP
-    require_config(alrp.CORR_WEIGHT >= 0, "MODEL.ALRP.CORR_WEIGHT", alrp.CORR_WEIGHT, "must be >= 0 (0: no term)")
+    problem = weight_problem(alrp.CORR_WEIGHT, zero=True)
+    require_config(problem is None, "MODEL.ALRP.CORR_WEIGHT", alrp.CORR_WEIGHT, f"{problem} (0: no term)")
     term = CorrelationTerm(alrp.CORR_KIND, alrp.CORR_WEIGHT, alrp.CORR_PER_LEVEL)
     return [term] if alrp.CORR_WEIGHT > 0 else []

@@ -9,10 +9,12 @@ import torch
 from detectron2.config import CfgNode
 from torch import Tensor, nn
 
-from ..config_check import require_config
+from ..config_check import require_argument, require_config
+from ..hyperparameter_ranges import MAX_LOC_WEIGHT, weight_problem
 from ..losses.global_ranking import RANKINGS, ranking_group
 from .correlation_term import correlation_terms
 from .criteria.rank_sort_criterion import value_balance
+from .criterion_output_check import check_criterion_output
 from .ranking_criterion import PositiveSource, RankingCriterion, build_ranking_criterion
 from .ranking_targets import PositiveTargets, RowLabels
 
@@ -107,6 +109,9 @@ class HeadRankingLoss(nn.Module):
         super().__init__()
         if ranking not in RANKINGS:
             raise ValueError(f"ranking must be one of {RANKINGS}, got {ranking!r}")
+        owner = f"HeadRankingLoss({name!r})"
+        require_argument(owner, "loc_weight", loc_weight, weight_problem(loc_weight, MAX_LOC_WEIGHT))
+        require_argument(owner, "loss_weight", loss_weight, weight_problem(loss_weight))
         criterion_name = type(criterion).__name__
         if criterion.value_balanced and self_balanced:
             raise ValueError(
@@ -145,7 +150,8 @@ class HeadRankingLoss(nn.Module):
         and the Correlation Loss term of MODEL.ALRP.CORR_WEIGHT > 0."""
         alrp = cfg.MODEL.ALRP
         for key in ("SB_INIT_WEIGHT", "LOC_WEIGHT"):
-            require_config(alrp[key] > 0, f"MODEL.ALRP.{key}", alrp[key], "must be > 0")
+            problem = weight_problem(alrp[key], MAX_LOC_WEIGHT)
+            require_config(problem is None, f"MODEL.ALRP.{key}", alrp[key], str(problem))
         return cls(
             name,
             criterion=build_ranking_criterion(cfg, delta_key=delta_key, tau_key=tau_key),
@@ -177,7 +183,9 @@ class HeadRankingLoss(nn.Module):
         group = ranking_group(self.ranking)  # per call: the process group may start after the model is built
         targets = self.criterion.targets(rows, source)
         positives = targets.box
-        output = self.criterion(logits, targets, self.criterion.localisation_losses(positives, source), group)
+        loc_losses = self.criterion.localisation_losses(positives, source)
+        output = self.criterion(logits, targets, loc_losses, group)
+        check_criterion_output(self.criterion, output, logits, loc_losses)
         loss_cls = torch.where(positives.labels_in_range, output.loss_cls, torch.nan)
         loc_weight = self.loc_weight * output.loc_factor
         components = output.components

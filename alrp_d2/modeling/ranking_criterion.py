@@ -26,7 +26,8 @@ from detectron2.config import CfgNode
 from detectron2.utils.registry import Registry
 from torch import Tensor
 
-from ..config_check import require_config
+from ..config_check import require_argument, require_config
+from ..hyperparameter_ranges import delta_problem, tau_problem
 from .ranking_targets import PositiveTargets, RowLabels, Targets
 
 __all__ = [
@@ -112,6 +113,7 @@ class RankingCriterion:
         Args:
             delta: smoothness of the step function of the ranking.
         """
+        require_argument(type(self).__name__, "delta", delta, delta_problem(delta, self.allows_unit_step))
         self.delta = delta
 
     @classmethod
@@ -150,16 +152,15 @@ def ranking_criterion_class(name: str, key: str = "MODEL.ALRP.CRITERION") -> Typ
 
 
 def build_ranking_criterion(cfg: CfgNode, *, delta_key: str = "DELTA", tau_key: str = "TAU") -> RankingCriterion:
-    """The criterion MODEL.ALRP.CRITERION names, with a head's delta and tau (MODEL.ALRP.<delta_key>, <tau_key>):
-    delta > 0, or >= 0 for a criterion that ``allows_unit_step``; tau in [0, 1)."""
+    """The criterion MODEL.ALRP.CRITERION names, with a head's delta and tau (MODEL.ALRP.<delta_key>, <tau_key>) in
+    the ranges of :mod:`alrp_d2.hyperparameter_ranges`: delta >= 1e-6, or 0 for a criterion that ``allows_unit_step``;
+    tau in [0, 0.99]."""
     alrp = cfg.MODEL.ALRP
     criterion = ranking_criterion_class(alrp.CRITERION)
     delta = alrp[delta_key]
-    number = isinstance(delta, (int, float)) and not isinstance(delta, bool)
-    if criterion.allows_unit_step:
-        require_config(number and delta >= 0, f"MODEL.ALRP.{delta_key}", delta, f"must be >= 0 with {alrp.CRITERION}")
-    else:
-        require_config(number and delta > 0, f"MODEL.ALRP.{delta_key}", delta, "must be > 0")
+    problem = delta_problem(delta, criterion.allows_unit_step)
+    require_config(problem is None, f"MODEL.ALRP.{delta_key}", delta, f"{problem} with {alrp.CRITERION}")
     tau = alrp[tau_key]
-    require_config(0.0 <= tau < 1.0, f"MODEL.ALRP.{tau_key}", tau, "must be in [0, 1)")
+    problem = tau_problem(tau)
+    require_config(problem is None, f"MODEL.ALRP.{tau_key}", tau, str(problem))
     return criterion(**criterion.from_config(cfg, delta=float(delta), tau=tau))

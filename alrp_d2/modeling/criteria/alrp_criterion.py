@@ -8,7 +8,8 @@ import torch
 from detectron2.config import CfgNode
 from torch import Tensor
 
-from ...config_check import require_config
+from ...config_check import require_argument, require_config
+from ...hyperparameter_ranges import tau_problem
 from ...losses import alrp_loss_indexed, loc_error
 from ...losses.localisation_error import LOC_ERROR_KINDS
 from ..ranking_criterion import RANKING_CRITERION_REGISTRY, CriterionOutput, PositiveSource, RankingCriterion
@@ -44,6 +45,7 @@ class AlrpCriterion(RankingCriterion):
             eps: the gate of the ranking errors, N_FP >= eps (App. E line 28).
         """
         super().__init__(delta=delta)
+        require_argument(type(self).__name__, "tau", tau, tau_problem(tau))
         self.loc_error_kind = loc_error_kind
         self.tau = tau
         self.eps = eps

@@ -9,7 +9,8 @@ import torch
 from detectron2.config import CfgNode
 from torch import Tensor
 
-from ...config_check import require_config
+from ...config_check import require_argument, require_config
+from ...hyperparameter_ranges import tau_problem
 from ...losses import ap_loss_indexed
 from ...losses.global_ranking import global_mean
 from ..ranking_criterion import RANKING_CRITERION_REGISTRY, CriterionOutput, PositiveSource, RankingCriterion
@@ -41,6 +42,7 @@ class APCriterion(RankingCriterion):
             eps: the gate of the ranking errors, N_FP >= eps (None: no gate, the official interpolated AP Loss).
         """
         super().__init__(delta=delta)
+        require_argument(type(self).__name__, "tau", tau, tau_problem(tau))
         require_config(
             loc_loss in AP_LOC_LOSSES, "MODEL.ALRP.AP_LOC_LOSS", loc_loss, f"loc_loss must be one of {AP_LOC_LOSSES}"
         )
