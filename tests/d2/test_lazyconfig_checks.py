@@ -29,7 +29,7 @@ from alrp_d2.modeling import AlrpCriterion, CriterionOutput
 from alrp_d2.modeling.criterion_output_check import CriterionOutputError
 
 from .lazy_configs import load_lazy, tiny_lazy
-from .lazy_runs import REPO_ROOT
+from .lazy_runs import REPO_ROOT, run_machines
 from .tiny_configs import tiny_batch, tiny_retinanet_cfg
 
 QUICKSTART = str(REPO_ROOT / "configs" / "quickstart" / "alrp_retinanet_shapes.py")
@@ -211,3 +211,21 @@ def test_checkpoints_record_the_classes_and_eval_only_refuses_a_permuted_test_se
     args = argparse.Namespace(dataset=datasets, eval_only=True, resume=False)
     with pytest.raises(ClassesMismatchError, match=r"model_final\.pth was made for other classes than dataset"):
         run_lazy_config(args, load_lazy_config(QUICKSTART, evaluation))
+
+
+# ---- machines ----------------------------------------------------------------------------------------
+
+
+def test_machines_with_different_overrides_stop_at_start_up_naming_the_keys(shapes_files, tmp_path):
+    """Two loopback machines (one gloo worker each) started with different learning rates: without the check they
+    train silently, each with its own rate."""
+    json_file, image_root = shapes_paths(str(shapes_files), "train")
+    arguments = ["--config-file", QUICKSTART, "--dataset", "machines_train", json_file, image_root]
+    arguments += ["--dist-timeout", "60", f"train.output_dir={tmp_path}", "train.max_iter=1"]
+    arguments += ["dataloader.evaluator=null", "dataloader.train.total_batch_size=2", "dataloader.train.num_workers=0"]
+    arguments += ["dataloader.train.dataset.names=machines_train", "dataloader.test.dataset.names=machines_train"]
+    results = run_machines([arguments + ["optimizer.lr=0.01"], arguments + ["optimizer.lr=0.02"]], timeout_s=240)
+    for status, output in results:
+        assert status != 0, output[-3000:]
+        assert "MachinesDisagreeError: the processes of this distributed run were started with different" in output
+        assert "1 key(s) differ:\n  optimizer.lr: 0.01 on ranks [0]; 0.02 on ranks [1]" in output, output[-3000:]
