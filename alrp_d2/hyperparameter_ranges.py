@@ -7,7 +7,7 @@ first steps of training finite where a value beyond it ends in detectron2's "Los
   that allows it: 1e-320 is 0 in float32, and below 1e-6 the smoothed step is the unit step at the float32 spacing of
   logits near 10.
 - ``tau`` (the IoU threshold normalising E_loc by 1 - tau, Sec. 2.2) in [0, :data:`MAX_TAU`]: 0.9999 multiplies E_loc
-  by 1e4 (the loss grows 100-fold in two steps), 0.999999999 by 1e9 (NaN at iteration 1).
+  by 1e4 (the loss grows 300-fold in two steps), 0.999999999 by 1e9 (NaN at iteration 1).
 - a localisation weight (``loc_weight``: MODEL.ALRP.SB_INIT_WEIGHT or LOC_WEIGHT) in (0, :data:`MAX_LOC_WEIGHT`]:
   1e6 makes the loss grow 20-fold in two steps, 1e30 is NaN at iteration 1, 1e300 infinite in float32.
 """
