@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
-from typing import Any, Collection, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Collection, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from detectron2.config import LazyConfig
 from detectron2.utils.registry import locate
@@ -33,7 +33,7 @@ class UnknownConfigKeyError(KeyError):
         return str(self.args[0])
 
 
-def _target(cfg: DictConfig, path: str, node: Any) -> Any:
+def _target(path: str, node: Any) -> Any:
     """The callable a config node is the arguments of (its ``_target_``, or :data:`PLAIN_NODE_TARGETS`), or None."""
     if not isinstance(node, DictConfig):
         return None
@@ -42,17 +42,26 @@ def _target(cfg: DictConfig, path: str, node: Any) -> Any:
 
 
 def _parameters(target: Any) -> Optional[Dict[str, inspect.Parameter]]:
-    """The keyword parameters of ``target`` (None: it takes any keyword, or has no signature)."""
-    try:
-        parameters = inspect.signature(target).parameters
-    except (TypeError, ValueError):
-        return None
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
-        return None
-    return {name: p for name, p in parameters.items() if p.kind is not inspect.Parameter.POSITIONAL_ONLY}
+    """The keyword parameters of the callable ``target``; a class whose ``__init__`` takes ``**kwargs`` adds those of
+    its bases' (up to the first without them), as the project's detectors pass them on. None: any keyword."""
+    functions = [target]
+    if inspect.isclass(target):
+        functions = [vars(klass)["__init__"] for klass in target.__mro__[:-1] if "__init__" in vars(klass)]
+    found: Dict[str, inspect.Parameter] = {}
+    for function in functions:
+        try:
+            parameters = inspect.signature(function).parameters
+        except (TypeError, ValueError):
+            return None
+        for name, parameter in parameters.items():
+            if parameter.kind in (parameter.KEYWORD_ONLY, parameter.POSITIONAL_OR_KEYWORD) and name != "self":
+                found.setdefault(name, parameter)
+        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+            return found
+    return None
 
 
-def _split(key: str) -> tuple:
+def _split(key: str) -> Tuple[str, str]:
     parent, _, name = key.rpartition(".")
     return parent, name
 
@@ -61,26 +70,28 @@ def _select(cfg: DictConfig, key: str) -> Any:
     return OmegaConf.select(cfg, key, default=_ABSENT, throw_on_resolution_failure=False) if key else cfg
 
 
-def _known_keys(node: Any, prefix: str, cfg: DictConfig) -> Iterator[str]:
+def _known_keys(node: Any, prefix: str) -> Iterator[str]:
     """Every key of the config and every argument of its ``LazyCall`` nodes, dotted."""
     if isinstance(node, DictConfig):
-        parameters = _parameters(_target(cfg, prefix, node)) or {}
+        target = _target(prefix, node)
+        parameters = {} if target is None else _parameters(target) or {}
         for name in dict.fromkeys([*map(str, node.keys()), *parameters]):
             key = f"{prefix}.{name}" if prefix else name
             yield key
             if name in node:
-                yield from _known_keys(node._get_node(name), key, cfg)
+                yield from _known_keys(node._get_node(name), key)
     elif isinstance(node, ListConfig):
         for index in range(len(node)):
             key = f"{prefix}.{index}"
             yield key
-            yield from _known_keys(node._get_node(index), key, cfg)
+            yield from _known_keys(node._get_node(index), key)
 
 
 def _argument(cfg: DictConfig, key: str) -> Optional[inspect.Parameter]:
     """The parameter of the ``LazyCall`` (or :data:`PLAIN_NODE_TARGETS` callable) ``key`` is an argument of."""
     parent, name = _split(key)
-    parameters = _parameters(_target(cfg, parent, _select(cfg, parent)))
+    target = _target(parent, _select(cfg, parent))
+    parameters = None if target is None else _parameters(target)
     return None if parameters is None else parameters.get(name)
 
 
@@ -90,7 +101,7 @@ def _known(cfg: DictConfig, key: str, extra_train_keys: Collection[str]) -> bool
     parent, name = _split(key)
     if parent == "train" and name in extra_train_keys:
         return True
-    target = _target(cfg, parent, _select(cfg, parent))
+    target = _target(parent, _select(cfg, parent))
     if target is None:
         return False
     parameters = _parameters(target)
@@ -98,7 +109,7 @@ def _known(cfg: DictConfig, key: str, extra_train_keys: Collection[str]) -> bool
 
 
 def _unknown_key_message(cfg: DictConfig, key: str, path: str, extra_train_keys: Collection[str]) -> str:
-    candidates = list(dict.fromkeys([*_known_keys(cfg, "", cfg), *(f"train.{k}" for k in extra_train_keys)]))
+    candidates = list(dict.fromkeys([*_known_keys(cfg, ""), *(f"train.{k}" for k in extra_train_keys)]))
     nearest = difflib.get_close_matches(key, candidates, n=3, cutoff=0.8)
     if nearest:
         hint = "did you mean " + " or ".join(nearest) + "?"

@@ -64,6 +64,8 @@ def test_a_mistyped_key_is_refused_naming_the_nearest_key():
         load_lazy_config(QUICKSTART, ["train.max_itr=3"])
     with pytest.raises(UnknownConfigKeyError, match=r"did you mean model\.ranking_loss\.loss_weight"):
         load_lazy_config(QUICKSTART, ["model.ranking_loss.los_weight=0.5"])
+    with pytest.raises(UnknownConfigKeyError, match=r"did you mean model\.num_classes"):  # AlrpRetinaNet(**kwargs)
+        load_lazy_config(QUICKSTART, ["model.num_clases=3"])
     # an argument of a LazyCall that the config does not set, and +key (added on purpose), are accepted
     cfg = load_lazy_config(QUICKSTART, ["model.ranking_loss.loss_weight=0.5", "+train.note=1"])
     assert cfg.model.ranking_loss.loss_weight == 0.5 and cfg.train.note == 1
