@@ -226,7 +226,7 @@ def test_machines_with_different_overrides_stop_at_start_up_naming_the_keys(shap
     arguments += ["--dist-timeout", "60", f"train.output_dir={tmp_path}", "train.max_iter=1"]
     arguments += ["dataloader.evaluator=null", "dataloader.train.total_batch_size=2", "dataloader.train.num_workers=0"]
     arguments += ["dataloader.train.dataset.names=machines_train", "dataloader.test.dataset.names=machines_train"]
-    results = run_machines([arguments + ["optimizer.lr=0.01"], arguments + ["optimizer.lr=0.02"]], timeout_s=240)
+    results = run_machines([arguments + ["optimizer.lr=0.01"], arguments + ["optimizer.lr=0.02"]], timeout_s=600)
     for status, output in results:
         assert status != 0, output[-3000:]
         assert "MachinesDisagreeError: the processes of this distributed run were started with different" in output
