@@ -1,8 +1,9 @@
-"""The error of an invalid config value, naming its key: raised where each rule is checked."""
+"""The error of an invalid config value, naming its key, and of an invalid constructor argument, naming the argument:
+raised where each rule is checked."""
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 __all__ = ["require_argument", "require_config", "require_integer"]
 
@@ -23,8 +24,8 @@ def require_integer(key: str, value: Any, minimum: int, note: str = "") -> None:
     )
 
 
-def require_argument(owner: str, name: str, value: Any, problem: Optional[str]) -> None:
-    """Raises ValueError naming the argument ``name`` of ``owner`` (a class, e.g. "HeadRankingLoss('box')") when
-    ``problem`` (what is wrong with ``value``) is not None: the name a LazyConfig sets it by."""
-    if problem is not None:
-        raise ValueError(f"Invalid argument {name}={value!r} of {owner}: {problem}")
+def require_argument(condition: bool, owner: str, name: str, value: Any, expectation: str) -> None:
+    """Raises ValueError naming ``owner``'s argument ``name`` when ``condition`` does not hold (the constructors'
+    check: a LazyConfig or a Python caller sees its own names)."""
+    if not condition:
+        raise ValueError(f"Invalid argument {owner}({name}={value!r}): {expectation}")

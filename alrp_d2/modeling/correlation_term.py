@@ -41,7 +41,8 @@ class CorrelationTerm:
         require_config(
             kind in CORRELATION_KINDS, "MODEL.ALRP.CORR_KIND", kind, f"kind must be one of {CORRELATION_KINDS}"
         )
-        require_argument("CorrelationTerm", "weight", weight, weight_problem(weight, zero=True))
+        problem = weight_problem(weight, zero=True)
+        require_argument(problem is None, "CorrelationTerm", "weight", weight, str(problem))
         self.kind = kind
         self.weight = weight
         self.per_level = per_level

@@ -14,6 +14,9 @@ from .ranking_criterion import CriterionOutput
 
 __all__ = ["CriterionOutputError", "check_criterion_output"]
 
+#: The fields of a CriterionOutput that are scalar tensors, checked.
+TENSOR_FIELDS = ("loss_cls", "loss_loc", "loc_factor")
+
 
 class CriterionOutputError(TypeError):
     """A ranking criterion returned something other than a CriterionOutput of scalar tensors with gradients."""
@@ -21,16 +24,16 @@ class CriterionOutputError(TypeError):
 
 def check_criterion_output(criterion: Any, output: Any, logits: Tensor, loc_losses: Tensor) -> None:
     """Raises :class:`CriterionOutputError` naming the criterion's class and the field when ``output`` (what
-    ``criterion(logits, targets, loc_losses, group)`` returned) is not a ``CriterionOutput`` of 0-dimensional
-    floating-point tensors, or when, with gradients enabled, ``loss_cls`` does not depend on requiring-grad ``logits``
-    or ``loss_loc`` on requiring-grad ``loc_losses``."""
+    ``criterion(logits, targets, loc_losses, group)`` returned) is not a ``CriterionOutput`` whose
+    :data:`TENSOR_FIELDS` are 0-dimensional floating-point tensors, or when, with gradients enabled, ``loss_cls``
+    does not depend on requiring-grad ``logits`` or ``loss_loc`` on requiring-grad ``loc_losses``."""
     name = f"{type(criterion).__module__}.{type(criterion).__qualname__}"
     if not isinstance(output, CriterionOutput):
         raise CriterionOutputError(
-            f"the ranking criterion {name} returned a {type(output).__qualname__}, not a CriterionOutput(loss_cls, "
-            "loss_loc, loc_factor, positive_gradient_magnitude, negative_gradient_magnitude) of scalar tensors"
+            f"the ranking criterion {name} returned a {type(output).__qualname__}, not a CriterionOutput whose "
+            f"{', '.join(TENSOR_FIELDS)} are scalar tensors"
         )
-    for field in CriterionOutput._fields[:5]:
+    for field in TENSOR_FIELDS:
         value = getattr(output, field)
         if not (isinstance(value, Tensor) and value.dim() == 0 and value.is_floating_point()):
             shown = f"a {type(value).__qualname__}"

@@ -109,9 +109,11 @@ class HeadRankingLoss(nn.Module):
         super().__init__()
         if ranking not in RANKINGS:
             raise ValueError(f"ranking must be one of {RANKINGS}, got {ranking!r}")
-        owner = f"HeadRankingLoss({name!r})"
-        require_argument(owner, "loc_weight", loc_weight, weight_problem(loc_weight, MAX_LOC_WEIGHT))
-        require_argument(owner, "loss_weight", loss_weight, weight_problem(loss_weight))
+        owner = f"{type(self).__name__}[{name!r}]"
+        problem = weight_problem(loc_weight, MAX_LOC_WEIGHT)
+        require_argument(problem is None, owner, "loc_weight", loc_weight, str(problem))
+        problem = weight_problem(loss_weight)
+        require_argument(problem is None, owner, "loss_weight", loss_weight, str(problem))
         criterion_name = type(criterion).__name__
         if criterion.value_balanced and self_balanced:
             raise ValueError(

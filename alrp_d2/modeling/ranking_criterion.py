@@ -113,7 +113,8 @@ class RankingCriterion:
         Args:
             delta: smoothness of the step function of the ranking.
         """
-        require_argument(type(self).__name__, "delta", delta, delta_problem(delta, self.allows_unit_step))
+        problem = delta_problem(delta, self.allows_unit_step)
+        require_argument(problem is None, type(self).__name__, "delta", delta, str(problem))
         self.delta = delta
 
     @classmethod

@@ -89,11 +89,11 @@ def test_a_value_of_another_kind_is_refused_at_load_naming_the_key(override, mes
 @pytest.mark.parametrize(
     "override, message",
     [
-        ("model.ranking_loss.loc_weight=-1.0", r"loc_weight=-1\.0 of HeadRankingLoss\('retinanet'\): must be a number"),
-        ("model.ranking_loss.loss_weight=-0.5", r"loss_weight=-0\.5 of HeadRankingLoss\('retinanet'\): must be a"),
-        ("model.ranking_loss.loc_weight=1e300", r"loc_weight=1e\+300 of HeadRankingLoss.*in \(0, 10000\]"),
-        ("model.ranking_loss.criterion.delta=1e-320", r"delta=1e-320 of AlrpCriterion: must be a number >= 1e-06"),
-        ("model.ranking_loss.criterion.tau=0.999999999", r"tau=0\.999999999 of AlrpCriterion: must be a number in"),
+        ("model.ranking_loss.loc_weight=-1.0", r"HeadRankingLoss\['retinanet'\]\(loc_weight=-1\.0\): must be a number"),
+        ("model.ranking_loss.loss_weight=-0.5", r"HeadRankingLoss\['retinanet'\]\(loss_weight=-0\.5\): must be a"),
+        ("model.ranking_loss.loc_weight=1e300", r"HeadRankingLoss\[.*\]\(loc_weight=1e\+300\): .* in \(0, 10000\]"),
+        ("model.ranking_loss.criterion.delta=1e-320", r"AlrpCriterion\(delta=1e-320\): must be a number >= 1e-06"),
+        ("model.ranking_loss.criterion.tau=0.999999999", r"AlrpCriterion\(tau=0\.999999999\): must be a number in"),
     ],
 )
 def test_the_loss_constructors_refuse_their_arguments_naming_them(override, message):
@@ -145,7 +145,7 @@ def _vector(output: CriterionOutput) -> Any:
 
 CRITERION_OUTPUTS = {
     "vector": (_vector, r"returned loss_cls as a tensor of shape \(3,\)"),
-    "tuple": (tuple, r"returned a tuple, not a CriterionOutput"),
+    "tuple": (tuple, r"returned a tuple, not a CriterionOutput whose loss_cls"),
     "float": (lambda output: output._replace(loss_loc=output.loss_loc.item()), r"returned loss_loc as a float"),
     "detached": (lambda output: output._replace(loss_cls=output.loss_cls.detach()), r"returned loss_cls without a"),
 }

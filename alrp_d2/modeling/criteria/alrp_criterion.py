@@ -45,7 +45,8 @@ class AlrpCriterion(RankingCriterion):
             eps: the gate of the ranking errors, N_FP >= eps (App. E line 28).
         """
         super().__init__(delta=delta)
-        require_argument(type(self).__name__, "tau", tau, tau_problem(tau))
+        problem = tau_problem(tau)
+        require_argument(problem is None, type(self).__name__, "tau", tau, str(problem))
         self.loc_error_kind = loc_error_kind
         self.tau = tau
         self.eps = eps

@@ -42,7 +42,8 @@ class APCriterion(RankingCriterion):
             eps: the gate of the ranking errors, N_FP >= eps (None: no gate, the official interpolated AP Loss).
         """
         super().__init__(delta=delta)
-        require_argument(type(self).__name__, "tau", tau, tau_problem(tau))
+        problem = tau_problem(tau)
+        require_argument(problem is None, type(self).__name__, "tau", tau, str(problem))
         require_config(
             loc_loss in AP_LOC_LOSSES, "MODEL.ALRP.AP_LOC_LOSS", loc_loss, f"loc_loss must be one of {AP_LOC_LOSSES}"
         )
