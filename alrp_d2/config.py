@@ -13,6 +13,7 @@ from detectron2.config import get_cfg
 
 from . import data, modeling  # noqa: F401  (registers the project's detectron2 components and shapes datasets)
 from .config_check import require_config, require_integer
+from .hyperparameter_ranges import is_number
 from .losses.global_ranking import RANKINGS
 from .modeling.backbone import (
     FPN_KEY_BACKBONES,
@@ -228,11 +229,24 @@ def _dense_head_config(norm: str, focal_alpha: float, focal_gamma: float, score_
 # Keys of ours whose float values (also inside lists) must be finite numbers: whole nodes, and single keys.
 FINITE_FLOAT_NODES = ("MODEL.ALRP", "INPUT.SSD", "MODEL.FOVEABOX", "MODEL.FCOS")
 FINITE_FLOAT_KEYS = ("MODEL.ANCHOR_GENERATOR.OCTAVE_BASE_SCALE",)
+# Float keys of ours that must be numbers (yacs accepts None for any key): each reader's comparison would fail bare.
+NUMBER_KEYS = tuple(
+    f"MODEL.ALRP.{name}"
+    for name in (
+        "DELTA",
+        "TAU",
+        "SB_INIT_WEIGHT",
+        "LOC_WEIGHT",
+        "CORR_WEIGHT",
+        "RPN_WEIGHT",
+        "RPN_TAU",
+        "RPN_DELTA",
+        "RPN_LOW_QUALITY_MIN_IOU",
+        "RPN_PRIOR_PROB",
+    )
+)
 # Solver periods that must be positive integers (0 divides by zero or never ends in detectron2 / fvcore).
 POSITIVE_SOLVER_KEYS = ("MAX_ITER", "CHECKPOINT_PERIOD", "LOG_PERIOD")
-#: MODEL.ALRP.LOC_WEIGHT's range: a smaller weight leaves the boxes untrained (1e-300 is 0 in float32), a larger one
-#: drowns the classification loss.
-LOC_WEIGHT_RANGE = (1e-6, 1e6)
 
 
 class UnsafeConfigError(ValueError):
@@ -325,6 +339,12 @@ def _validate_finite_floats(cfg: CN) -> None:
             raise ValueError(f"Invalid config value {key}={reprlib.repr(value)}: must be finite (not inf or nan)")
 
 
+def _validate_number_keys(cfg: CN) -> None:
+    for key in NUMBER_KEYS:
+        value = _lookup(cfg, key)
+        require_config(is_number(value), key, value, "must be a number")
+
+
 def _require_choice(cfg: CN, key: str, choices: Sequence[str]) -> None:
     value = _lookup(cfg, key)
     require_config(value in choices, key, value, f"must be one of {tuple(choices)}")
@@ -381,17 +401,10 @@ def _validate_solver_periods(cfg: CN) -> None:
         )
 
 
-def _validate_localisation_weight(alrp: CN) -> None:
-    """MODEL.ALRP.SB_ENABLED is a bool (None would silently mean False) and LOC_WEIGHT in :data:`LOC_WEIGHT_RANGE`."""
+def _validate_self_balance_switch(alrp: CN) -> None:
+    """MODEL.ALRP.SB_ENABLED is a bool (None would silently mean False). The localisation weights (SB_INIT_WEIGHT,
+    LOC_WEIGHT) are checked by the heads that read them (``HeadRankingLoss.from_config``)."""
     require_config(isinstance(alrp.SB_ENABLED, bool), "MODEL.ALRP.SB_ENABLED", alrp.SB_ENABLED, "must be True or False")
-    low, high = LOC_WEIGHT_RANGE
-    weight = alrp.LOC_WEIGHT
-    require_config(
-        isinstance(weight, (int, float)) and not isinstance(weight, bool) and low <= weight <= high,
-        "MODEL.ALRP.LOC_WEIGHT",
-        weight,
-        f"must be a number in [{low:g}, {high:g}] (the constant localisation weight when SB_ENABLED is False)",
-    )
 
 
 def validate_alrp_config(cfg: CN) -> None:
@@ -400,10 +413,11 @@ def validate_alrp_config(cfg: CN) -> None:
     hook are in range. The keys of the ranking losses and the detectors are checked by the code that reads them,
     when the model is built (alrp_d2.modeling)."""
     _validate_finite_floats(cfg)
+    _validate_number_keys(cfg)
     _validate_solver_periods(cfg)
     _validate_network_keys(cfg)
     alrp = cfg.MODEL.ALRP
-    _validate_localisation_weight(alrp)
+    _validate_self_balance_switch(alrp)
     require_integer("MODEL.ALRP.SB_PERIOD", alrp.SB_PERIOD, 0, " (0: one epoch)")
     require_config(alrp.RANKING in RANKINGS, "MODEL.ALRP.RANKING", alrp.RANKING, f"must be one of {RANKINGS}")
     require_config(

@@ -3,26 +3,26 @@ a LazyConfig is told about its own arguments; from a yacs config, ``from_config`
 
 from __future__ import annotations
 
-import math
 from typing import Any, Sequence
 
 from ..config_check import require_argument
+from ..hyperparameter_ranges import delta_problem, tau_problem
 
 __all__ = ["check_choice", "check_delta", "check_tau"]
 
 
 def check_delta(owner: Any, delta: float, *, unit_step: bool = False) -> None:
-    """``delta``, the smoothness of the step function: finite and > 0, or >= 0 with ``unit_step``."""
-    number = isinstance(delta, (int, float)) and not isinstance(delta, bool) and math.isfinite(delta)
-    bound = ">= 0" if unit_step else "> 0"
-    require_argument(
-        number and (delta >= 0 if unit_step else delta > 0), _name(owner), "delta", delta, f"must be {bound}"
-    )
+    """``delta``, the smoothness of the step function, in the range of
+    :func:`~alrp_d2.hyperparameter_ranges.delta_problem` (0, the unit step, with ``unit_step``)."""
+    problem = delta_problem(delta, unit_step)
+    require_argument(problem is None, _name(owner), "delta", delta, str(problem))
 
 
 def check_tau(owner: Any, tau: float) -> None:
-    """``tau``, the IoU threshold of E_loc (Sec. 2.2), in [0, 1)."""
-    require_argument(0.0 <= tau < 1.0, _name(owner), "tau", tau, "must be in [0, 1)")
+    """``tau``, the IoU threshold of E_loc (Sec. 2.2), in the range of
+    :func:`~alrp_d2.hyperparameter_ranges.tau_problem`."""
+    problem = tau_problem(tau)
+    require_argument(problem is None, _name(owner), "tau", tau, str(problem))
 
 
 def check_choice(owner: Any, name: str, value: Any, choices: Sequence[Any]) -> None:

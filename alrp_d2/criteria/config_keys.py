@@ -3,10 +3,10 @@ RPN_DELTA and RPN_TAU), each checked with its key's name."""
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, NamedTuple
 
 from ..config_check import require_config
+from ..hyperparameter_ranges import delta_problem, tau_problem
 
 if TYPE_CHECKING:
     from detectron2.config import CfgNode
@@ -27,19 +27,18 @@ RPN_KEYS = HeadKeys(delta="RPN_DELTA", tau="RPN_TAU")
 
 
 def configured_delta(cfg: CfgNode, keys: HeadKeys, *, unit_step: bool = False) -> float:
-    """MODEL.ALRP.<keys.delta>, the smoothness of the step function: finite and > 0, or >= 0 with ``unit_step`` (0:
-    the unit step)."""
+    """MODEL.ALRP.<keys.delta>, the smoothness of the step function, in the range of
+    :func:`~alrp_d2.hyperparameter_ranges.delta_problem` (0, the unit step, with ``unit_step``)."""
     key, delta = f"MODEL.ALRP.{keys.delta}", cfg.MODEL.ALRP[keys.delta]
-    number = isinstance(delta, (int, float)) and not isinstance(delta, bool) and math.isfinite(delta)
-    if unit_step:
-        require_config(number and delta >= 0, key, delta, f"must be >= 0 with {cfg.MODEL.ALRP.CRITERION}")
-    else:
-        require_config(number and delta > 0, key, delta, "must be > 0")
+    problem = delta_problem(delta, unit_step)
+    require_config(problem is None, key, delta, f"{problem} with {cfg.MODEL.ALRP.CRITERION}")
     return float(delta)
 
 
 def configured_tau(cfg: CfgNode, keys: HeadKeys) -> float:
-    """MODEL.ALRP.<keys.tau>, the IoU threshold of E_loc (Sec. 2.2), in [0, 1)."""
+    """MODEL.ALRP.<keys.tau>, the IoU threshold of E_loc (Sec. 2.2), in the range of
+    :func:`~alrp_d2.hyperparameter_ranges.tau_problem`."""
     key, tau = f"MODEL.ALRP.{keys.tau}", cfg.MODEL.ALRP[keys.tau]
-    require_config(0.0 <= tau < 1.0, key, tau, "must be in [0, 1)")
+    problem = tau_problem(tau)
+    require_config(problem is None, key, tau, str(problem))
     return float(tau)

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any, List, Optional
 import torch
 from torch import Tensor
 
-from ..config_check import require_config
+from ..config_check import require_argument, require_config
+from ..hyperparameter_ranges import weight_problem
 from ..losses.correlation_loss import CORRELATION_KINDS, correlation_loss, correlation_loss_per_level
 from ..losses.global_ranking import RankingGroup, exchange_checked
 from ..losses.localisation_error import paired_iou_giou
@@ -41,6 +42,8 @@ class CorrelationTerm:
             per_level: the mean of the pyramid levels' losses, or one loss of all positives.
         """
         check_choice(self, "kind", kind, CORRELATION_KINDS)
+        problem = weight_problem(weight, zero=True)
+        require_argument(problem is None, "CorrelationTerm", "weight", weight, str(problem))
         self.kind = kind
         self.weight = weight
         self.per_level = per_level
@@ -82,7 +85,8 @@ def correlation_terms(cfg: CfgNode) -> List[CorrelationTerm]:
     """The Correlation Loss term of MODEL.ALRP.CORR_KIND, CORR_WEIGHT and CORR_PER_LEVEL, none with weight 0 (the
     keys are checked all the same)."""
     alrp = cfg.MODEL.ALRP
-    require_config(alrp.CORR_WEIGHT >= 0, "MODEL.ALRP.CORR_WEIGHT", alrp.CORR_WEIGHT, "must be >= 0 (0: no term)")
+    problem = weight_problem(alrp.CORR_WEIGHT, zero=True)
+    require_config(problem is None, "MODEL.ALRP.CORR_WEIGHT", alrp.CORR_WEIGHT, f"{problem} (0: no term)")
     require_config(
         alrp.CORR_KIND in CORRELATION_KINDS,
         "MODEL.ALRP.CORR_KIND",

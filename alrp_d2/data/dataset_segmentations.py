@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Sequence
 
 from detectron2.config import CfgNode
 from detectron2.data import DatasetCatalog, MetadataCatalog
@@ -18,7 +18,7 @@ from detectron2.structures import BoxMode
 from .coco_json_check import MAX_LISTED, CocoJsonError, check_coco_segmentations
 from .segmentation_check import segmentation_problem
 
-__all__ = ["check_dataset_dicts_segmentations", "check_dataset_segmentations"]
+__all__ = ["check_dataset_dicts_segmentations", "check_dataset_segmentations", "check_segmentations"]
 
 
 @functools.lru_cache(maxsize=32)
@@ -54,13 +54,17 @@ def check_dataset_dicts_segmentations(dataset_dicts: List[Dict[str, Any]], datas
 
 def check_dataset_segmentations(cfg: CfgNode) -> None:
     """Checks the segmentations of every registered dataset of DATASETS.TRAIN and DATASETS.TEST
-    when MODEL.MASK_ON (module docstring): each annotation needs a usable one. A COCO annotation
-    file is read once per version and process. Raises
-    :class:`~alrp_d2.data.coco_json_check.CocoJsonError` naming the file or dataset, the image
-    and the annotation."""
-    if not cfg.MODEL.MASK_ON:
-        return
-    for name in dict.fromkeys(list(cfg.DATASETS.TRAIN) + list(cfg.DATASETS.TEST)):
+    when MODEL.MASK_ON (module docstring): :func:`check_segmentations`."""
+    if cfg.MODEL.MASK_ON:
+        check_segmentations(list(cfg.DATASETS.TRAIN) + list(cfg.DATASETS.TEST))
+
+
+def check_segmentations(dataset_names: Sequence[str]) -> None:
+    """Checks the segmentations of every registered dataset of ``dataset_names`` for a model with masks: each
+    annotation needs a usable one. A COCO annotation file is read once per version and process. Raises
+    :class:`~alrp_d2.data.coco_json_check.CocoJsonError` naming the file or dataset, the image and the
+    annotation."""
+    for name in dict.fromkeys(dataset_names):
         if name not in DatasetCatalog.list():
             continue
         json_file = MetadataCatalog.get(name).get("json_file")

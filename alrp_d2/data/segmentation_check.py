@@ -19,7 +19,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 __all__ = ["compressed_rle_counts", "coordinate_bounds", "segmentation_problem"]
 
-MASK_NEEDED = "MODEL.MASK_ON needs a mask for every annotation"
+MASK_NEEDED = "a mask model (MODEL.MASK_ON, a LazyConfig's model.roi_heads.mask_head) needs a mask for every annotation"
 
 
 def _is_number(value: Any) -> bool:

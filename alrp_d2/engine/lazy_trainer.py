@@ -31,13 +31,15 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from ..checkpoint import LAST_CHECKPOINT, AlrpCheckpointer, weights_fingerprint
+from ..checkpoint import LAST_CHECKPOINT, AlrpCheckpointer, check_weights_classes, weights_fingerprint
 from ..data import SHAPES_DATASETS, register_shapes_datasets
-from ..data.dataset_classes import check_classes
+from ..data.dataset_classes import DatasetClasses, check_classes, dataset_classes
 from ..data.image_errors import ImageErrorGuard
 from ..data.samplers import ResumableBatchSampler, build_resumable_train_loader
 from ..data.user_datasets import register_user_datasets
 from ..evaluation import COCOLRPEvaluator
+from .lazy_checks import check_lazy_machines_agree, check_lazy_segmentations
+from .lazy_overrides import apply_checked_overrides
 from .self_balance import SelfBalanceHook, find_ranking_losses
 from .trainer import DataPositionHook
 from .writers import alrp_writers
@@ -82,10 +84,10 @@ def train_option(cfg: DictConfig, key: str) -> Any:
 
 
 def load_lazy_config(path: str, overrides: Sequence[str] = ()) -> DictConfig:
-    """detectron2's ``LazyConfig.load`` and ``apply_overrides`` (``key=value``), checked: the fields the trainer
-    reads exist, and the periods are positive integers."""
-    cfg = LazyConfig.load(path)
-    cfg = LazyConfig.apply_overrides(cfg, list(overrides))
+    """detectron2's ``LazyConfig.load`` and ``apply_overrides`` (``key=value``), checked: each override names a
+    known key and keeps its value's kind (:func:`apply_checked_overrides`), the fields the trainer reads exist, and
+    the periods are positive integers."""
+    cfg = apply_checked_overrides(LazyConfig.load(path), overrides, path, extra_train_keys=TRAIN_DEFAULTS)
     for field in ("model", "train", "dataloader"):
         if field not in cfg:
             raise ValueError(f"{path}: a LazyConfig for train_net.py needs a top-level {field!r}")
@@ -132,14 +134,17 @@ def lazy_num_classes(cfg: DictConfig) -> Tuple[str, int]:
 
 def prepare_lazy_datasets(cfg: DictConfig, args: argparse.Namespace) -> None:
     """As train_net.py's ``prepare_datasets``: registers the ``--dataset`` datasets and, when the config uses it,
-    the synthetic dataset, and checks the classes of the datasets of ``dataloader.train`` and ``dataloader.test``
-    against the model's; run before the workers start and in each worker."""
+    the synthetic dataset, and checks the classes of the datasets of ``dataloader.train`` (not with ``--eval-only``:
+    the weights' classes are those their checkpoint records) and ``dataloader.test`` against the model's and, for a
+    mask model, their segmentations; run before the workers start and in each worker."""
     train, test = lazy_dataset_names(cfg, "train"), lazy_dataset_names(cfg, "test")
     register_user_datasets(getattr(args, "dataset", None) or [], evaluated=test)
     if set(train + test) & set(SHAPES_DATASETS):
         register_shapes_datasets()
     key, expected = lazy_num_classes(cfg)
-    check_classes({"dataloader.train": train, "dataloader.test": test}, key, expected, assign="=")
+    checked_train = [] if getattr(args, "eval_only", False) else train
+    check_classes({"dataloader.train": checked_train, "dataloader.test": test}, key, expected, assign="=")
+    check_lazy_segmentations(cfg, train + test)
 
 
 def check_lazy_eval_only_weights(cfg: DictConfig, args: argparse.Namespace) -> None:
@@ -216,6 +221,13 @@ def lazy_test(cfg: DictConfig, model: nn.Module) -> Dict[str, Any]:
     return results
 
 
+def _training_classes(cfg: DictConfig) -> Optional[DatasetClasses]:
+    """The classes the model trains on, recorded in its checkpoints: those of ``dataloader.train``'s first dataset
+    (all have the same, :func:`prepare_lazy_datasets`), None when it declares none or has no name."""
+    names = lazy_dataset_names(cfg, "train")
+    return dataset_classes(names[0]) if names else None
+
+
 def _ddp(model: nn.Module, cfg: DictConfig) -> nn.Module:
     """detectron2's ``create_ddp_model`` with ``train.ddp``; a CPU model gets no ``device_ids`` (gloo workers)."""
     kwargs = dict(cfg.train.ddp)
@@ -251,6 +263,7 @@ def build_lazy_trainer(cfg: DictConfig) -> Tuple[SimpleTrainer, AlrpCheckpointer
         cfg.train.output_dir,
         allow_partial=train_option(cfg, "allow_partial_weights"),
         initialisation=True,
+        classes=_training_classes(cfg),
         trainer=trainer,
     )
     hook_list: List[Optional[hooks.HookBase]] = [
@@ -285,9 +298,11 @@ def run_lazy_config(args: argparse.Namespace, cfg: DictConfig) -> Dict[str, Any]
     if args.eval_only:
         model = instantiate(cfg.model)
         model.to(cfg.train.device)
-        AlrpCheckpointer(
-            model, cfg.train.output_dir, allow_partial=train_option(cfg, "allow_partial_weights")
-        ).resume_or_load(cfg.train.init_checkpoint, resume=args.resume)
+        allow_partial = train_option(cfg, "allow_partial_weights")
+        checkpointer = AlrpCheckpointer(model, cfg.train.output_dir, allow_partial=allow_partial)
+        checkpoint = checkpointer.resume_or_load(cfg.train.init_checkpoint, resume=args.resume)
+        test_classes = [dataset_classes(name) for name in lazy_dataset_names(cfg, "test")]
+        check_weights_classes(checkpoint, checkpointer.loaded_path, test_classes)
         return lazy_test(cfg, _ddp(model, cfg))
     trainer, checkpointer = build_lazy_trainer(cfg)
     checkpointer.resume_or_load(cfg.train.init_checkpoint, resume=args.resume)
@@ -298,8 +313,11 @@ def run_lazy_config(args: argparse.Namespace, cfg: DictConfig) -> Dict[str, Any]
 
 def lazy_main(args: argparse.Namespace) -> Dict[str, Any]:
     """train_net.py's ``main`` for a LazyConfig, in every worker: the config with the ``key=value`` overrides of
-    ``args.opts``, detectron2's ``default_setup`` (logs, config.yaml, seeds) and :func:`run_lazy_config`."""
+    ``args.opts``, the same config and ``--dataset`` files on every process (:func:`check_lazy_machines_agree`),
+    detectron2's ``default_setup`` (logs, config.yaml, seeds) and
+    :func:`run_lazy_config`."""
     cfg = load_lazy_config(args.config_file, args.opts)
+    check_lazy_machines_agree(cfg, args)
     default_setup(cfg, args)
     return run_lazy_config(args, cfg)
 

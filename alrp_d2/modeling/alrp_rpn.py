@@ -15,6 +15,7 @@ from torch import Tensor, nn
 
 from ..config_check import require_config
 from ..criteria.config_keys import RPN_KEYS
+from ..hyperparameter_ranges import weight_problem
 from .dense_boxes import DenseBoxes
 from .dense_ranking_detector import dense_ranking_loss
 from .head_ranking_loss import HeadRankingLoss
@@ -80,7 +81,8 @@ class AlrpRPN(MinIoULowQualityRPN):
     @classmethod
     def from_config(cls, cfg: CfgNode, input_shape: Dict[str, ShapeSpec]) -> Dict:
         alrp = cfg.MODEL.ALRP
-        require_config(alrp.RPN_WEIGHT > 0, "MODEL.ALRP.RPN_WEIGHT", alrp.RPN_WEIGHT, "must be > 0")
+        problem = weight_problem(alrp.RPN_WEIGHT)
+        require_config(problem is None, "MODEL.ALRP.RPN_WEIGHT", alrp.RPN_WEIGHT, str(problem))
         ret = super().from_config(cfg, input_shape)
         ret["ranking_loss"] = HeadRankingLoss.from_config(
             cfg,

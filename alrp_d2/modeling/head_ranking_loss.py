@@ -12,9 +12,11 @@ from torch import Tensor, nn
 from ..config_check import require_argument, require_config
 from ..criteria.config_keys import HEAD_KEYS, HeadKeys
 from ..criteria.correlation_term import correlation_terms
+from ..criteria.output_check import check_criterion_output
 from ..criteria.ranking_criterion import CriterionOutput, PositiveSource, PositiveTerm, RankingCriterion
 from ..criteria.registry import build_ranking_criterion
 from ..criteria.targets import PositiveTargets, RowLabels
+from ..hyperparameter_ranges import loc_weight_problem, weight_problem
 from ..losses.global_ranking import RANKINGS, ranking_group
 from ..losses.ranking_statistics import RankingStatistics
 
@@ -87,7 +89,10 @@ class HeadRankingLoss(nn.Module):
         owner = f"{type(self).__name__}[{name!r}]"
         criterion_name = type(criterion).__name__
         require_argument(ranking in RANKINGS, owner, "ranking", ranking, f"must be one of {RANKINGS}")
-        require_argument(loc_weight > 0, owner, "loc_weight", loc_weight, "must be > 0")
+        problem = loc_weight_problem(loc_weight)
+        require_argument(problem is None, owner, "loc_weight", loc_weight, str(problem))
+        problem = weight_problem(loss_weight)
+        require_argument(problem is None, owner, "loss_weight", loss_weight, str(problem))
         require_argument(
             not self_balanced or criterion.allows_self_balance,
             owner,
@@ -127,7 +132,8 @@ class HeadRankingLoss(nn.Module):
         term of MODEL.ALRP.CORR_WEIGHT > 0."""
         alrp = cfg.MODEL.ALRP
         for key in ("SB_INIT_WEIGHT", "LOC_WEIGHT"):
-            require_config(alrp[key] > 0, f"MODEL.ALRP.{key}", alrp[key], "must be > 0")
+            problem = loc_weight_problem(alrp[key])
+            require_config(problem is None, f"MODEL.ALRP.{key}", alrp[key], str(problem))
         criterion = build_ranking_criterion(cfg, keys)
         require_config(
             not alrp.SB_ENABLED or criterion.allows_self_balance,
@@ -174,7 +180,9 @@ class HeadRankingLoss(nn.Module):
         group = ranking_group(self.ranking)  # per call: the process group may start after the model is built
         targets = self.criterion.targets(rows, source)
         positives = targets.box
-        output = self.criterion(logits, targets, self.criterion.localisation_losses(positives, source), group)
+        loc_losses = self.criterion.localisation_losses(positives, source)
+        output = self.criterion(logits, targets, loc_losses, group)
+        check_criterion_output(self.criterion, output, logits, loc_losses)
         output = output._replace(loss_cls=torch.where(positives.labels_in_range, output.loss_cls, torch.nan))
         tasks = {name: torch.zeros_like(output.loss_loc) for name in self._task_component_names}  # balance_task's
         self._statistics = output.statistics.with_values(cls=output.loss_cls, loc=output.loss_loc, **tasks)

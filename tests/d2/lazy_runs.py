@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 from alrp_d2.data.shapes import prepare_shapes_dataset, shapes_paths
 
@@ -44,3 +45,37 @@ def shapes_dataset_arguments(root: str, prefix: str, num_val: int) -> List[str]:
         *("--dataset", f"{prefix}_train", *shapes_paths(root, "train")),
         *("--dataset", f"{prefix}_val", *shapes_paths(root, "val")),
     ]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_machines(arguments: List[List[str]], timeout_s: float = 300) -> List[Tuple[int, str]]:
+    """train_net.py as ``len(arguments)`` machines on the loopback, machine ``i`` with ``arguments[i]``; returns the
+    exit status and the output of each (a machine still running after ``timeout_s`` seconds is killed)."""
+    url = f"tcp://127.0.0.1:{free_port()}"
+    processes = [
+        subprocess.Popen(
+            [sys.executable, str(REPO_ROOT / "train_net.py"), "--num-machines", str(len(arguments))]
+            + ["--machine-rank", str(rank), "--dist-url", url, *machine_arguments],
+            env=environment(),
+            cwd=REPO_ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for rank, machine_arguments in enumerate(arguments)
+    ]
+    results = []
+    for process in processes:
+        try:
+            output, _ = process.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            for other in processes:
+                other.kill()
+            output, _ = process.communicate()
+        results.append((process.returncode, output))
+    return results
