@@ -11,6 +11,7 @@ import yaml
 from detectron2.config import CfgNode as CN
 from detectron2.config import get_cfg
 
+from . import data, modeling  # noqa: F401  (registers the project's detectron2 components and shapes datasets)
 from .config_check import require_config, require_integer
 from .losses.global_ranking import RANKINGS
 from .modeling.backbone import (
@@ -110,7 +111,7 @@ def _add_loss_keys(alrp: CN) -> None:
     alrp.LOC_ERROR = "giou"
     # Positive-labelling IoU threshold used to normalise E_loc (Sec. 2.2).
     alrp.TAU = 0.5
-    # The ranking criterion of every head, a class name registered in alrp_d2.modeling.RANKING_CRITERION_REGISTRY:
+    # The ranking criterion of every head, a class name registered in alrp_d2.criteria.RANKING_CRITERION_REGISTRY:
     # "AlrpCriterion" (aLRP Loss); "InterpolatedAPCriterion" (the official, interpolated AP Loss that trained the
     # paper's AP Loss rows, Table 2 / App. G) or "APCriterion" (AP Loss without interpolation, an ablation), each
     # with the localisation loss AP_LOC_LOSS; "RankSortCriterion" (Rank & Sort Loss, Oksuz et al., ICCV 2021: IoU
@@ -149,7 +150,7 @@ def _add_retinanet_keys(alrp: CN) -> None:
     # The ground truth of a low-quality match (LOW_QUALITY_MATCH_GTS), for MATCHER "iou" and AlrpRPN: "max_iou"
     # (detectron2) or "best_anchor" (the official MaxIoUAssigner).
     alrp.LOW_QUALITY_MATCH_GT = "max_iou"
-    # Localisation loss with an AP criterion (alrp_d2.modeling.criteria.AP_LOC_LOSSES): the E_loc of LOC_ERROR
+    # Localisation loss with an AP criterion (alrp_d2.criteria.AP_LOC_LOSSES): the E_loc of LOC_ERROR
     # ("giou") or the head's Smooth L1 (MODEL.RETINANET.SMOOTH_L1_LOSS_BETA, MODEL.FOVEABOX.SMOOTH_L1_BETA, ...) on the
     # encoded deltas, averaged over the four.
     alrp.AP_LOC_LOSS = "giou"

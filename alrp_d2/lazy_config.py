@@ -15,17 +15,8 @@ from typing import Any, Callable, Optional, Sequence
 from detectron2.config import LazyCall as L
 from omegaconf import DictConfig
 
-from .modeling import (
-    AlrpCriterion,
-    AlrpFastRCNNOutputLayers,
-    AlrpROIHeads,
-    AlrpRPN,
-    CorrelationTerm,
-    HeadRankingLoss,
-    InterpolatedAPCriterion,
-    RankSortCriterion,
-    RankSortMaskHead,
-)
+from .criteria import AlrpCriterion, CorrelationTerm, InterpolatedAPCriterion, RankSortCriterion
+from .modeling import AlrpFastRCNNOutputLayers, AlrpROIHeads, AlrpRPN, HeadRankingLoss, RankSortMaskHead
 
 __all__ = ["alrp_loss", "ap_loss", "correlation", "rank_sort_loss", "ranked_rcnn"]
 

@@ -47,6 +47,14 @@ def _worker(rank: int, world_size: int, out_dir: str) -> None:
         mine = part(layer, slice(0, split) if rank == 0 else slice(split, None))
         for options in OPTIONS.values():
             results.append({ranking: run(mine, options, ranking) for ranking in ("global", "local")})
+    layer = part(make_layer(**LAYERS[0][0]), slice(0, 2) if rank == 0 else slice(2, None))
+    if rank == 1:
+        layer = layer._replace(indices=[(torch.tensor([99]), torch.tensor([0])), layer.indices[1]])
+    try:
+        SetRankingLoss()(layer.logits, layer.pred_boxes, layer.indices, layer.targets)
+        results.append("no error")
+    except (ValueError, FloatingPointError) as error:
+        results.append(str(error))
     torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
 
 
@@ -87,3 +95,23 @@ def test_local_ranking_is_each_workers_own_loss(worker_results, layer_number):
         expected = run(part(layer, images), OPTIONS["rank_sort"], "local")
         for key, value in expected.items():
             torch.testing.assert_close(worker_results[rank][index]["local"][key], value, rtol=1e-6, atol=1e-9)
+
+
+@pytest.mark.parametrize("layer_number", range(len(LAYERS)))
+def test_local_fixed_box_terms_divide_by_the_workers_mean_number_of_pairs(worker_results, layer_number):
+    case, split = LAYERS[layer_number]
+    layer = make_layer(**case)
+    index = layer_number * len(OPTIONS) + list(OPTIONS).index("rank_sort_fixed")
+    shares = [part(layer, images) for images in (slice(0, split), slice(split, None))]
+    counts = [sum(len(query) for query, _ in share.indices) for share in shares]
+    mean_count = max(sum(counts) / WORLD_SIZE, 1.0)
+    for rank, share in enumerate(shares):
+        alone = run(share, OPTIONS["rank_sort_fixed"], "local")
+        for key in ("loss_bbox", "loss_giou"):
+            expected = alone[key] * max(counts[rank], 1) / mean_count
+            torch.testing.assert_close(worker_results[rank][index]["local"][key], expected, rtol=1e-6, atol=1e-9)
+
+
+def test_bad_input_on_one_worker_raises_on_every_worker(worker_results):
+    assert worker_results[0][-1] == "ranking loss inputs of worker(s) [1] are invalid"
+    assert worker_results[1][-1].startswith("indices[0]: query index 99 out of range [0, Q = 12)")

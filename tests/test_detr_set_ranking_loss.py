@@ -4,6 +4,9 @@ gradients in float64 to 1e-6; its other choices; its input errors."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
 from typing import Dict
 
 import pytest
@@ -106,6 +109,18 @@ def test_no_matched_pair_gives_zeros_connected_to_the_inputs():
     assert float(logits_grad.abs().sum()) == 0 and float(boxes_grad.abs().sum()) == 0
 
 
+def test_an_empty_batch_and_int32_indices_and_labels():
+    empty = SetRankingLoss()(torch.zeros(0, 5, 3), torch.zeros(0, 5, 4), [], [])
+    assert sorted(empty) == ["loss_bbox", "loss_giou", "loss_rank"] and all(float(v) == 0 for v in empty.values())
+    layer = make_layer(seed=1, num_targets=[3, 2])
+    targets = [{"class_labels": t["class_labels"].int(), "boxes": t["boxes"]} for t in layer.targets]
+    indices = [(query.int(), target.int()) for query, target in layer.indices]
+    expected = ours(layer, SetRankingLoss())[0]
+    actual = ours(layer._replace(indices=indices, targets=targets), SetRankingLoss())[0]
+    for key, value in expected.items():
+        assert_close(actual[key], value)
+
+
 def bad_inputs() -> Dict[str, tuple]:
     layer = make_layer(seed=1, num_targets=[3, 2])
     logits, boxes, indices, targets = layer.logits, layer.pred_boxes, layer.indices, layer.targets
@@ -167,3 +182,37 @@ def test_bad_options_raise():
         SetRankingLoss("AlrpCriterion", box_terms="own", giou_weight=2.0)
     with pytest.raises(ValueError, match="l1_weight must be a finite number >= 0"):
         SetRankingLoss(l1_weight=-1.0)
+
+
+IMPORT_CHECK = r"""
+import importlib.abc
+import sys
+
+
+class Blocked(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("detectron2", "transformers"):
+            raise ImportError(f"{name} imported by the set-prediction loss")
+        return None
+
+
+sys.meta_path.insert(0, Blocked())
+import torch
+
+from alrp_d2.detr import SetRankingLoss
+
+logits = torch.randn(2, 4, 3, requires_grad=True)
+boxes = torch.rand(2, 4, 4) * 0.5 + 0.2
+targets = [{"class_labels": torch.tensor([1]), "boxes": torch.tensor([[0.4, 0.4, 0.3, 0.3]])}] * 2
+indices = [(torch.tensor([2]), torch.tensor([0])), (torch.tensor([0]), torch.tensor([0]))]
+losses = SetRankingLoss()(logits, boxes, indices, targets)
+sum(losses.values()).backward()
+assert sorted(losses) == ["loss_bbox", "loss_giou", "loss_rank"] and logits.grad.abs().sum() > 0
+print("ok")
+"""
+
+
+def test_imports_and_runs_without_detectron2_and_transformers():
+    root = Path(__file__).resolve().parents[1]
+    result = subprocess.run([sys.executable, "-c", IMPORT_CHECK], cwd=root, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-2000:]

@@ -15,10 +15,10 @@ from typing import List, Mapping, NamedTuple, Sequence, Tuple
 import torch
 from torch import Tensor
 
+from ..criteria import PositiveTargets
 from ..losses.input_checks import NonFiniteInputError
 from ..losses.localisation_error import paired_iou_giou
 from ..losses.serial_indexing import take_rows
-from ..modeling.ranking_targets import PositiveTargets
 
 __all__ = ["BOX_EPS", "MatchedQueries", "QueryBoxes", "cxcywh_to_xyxy", "matched_queries"]
 
@@ -72,15 +72,18 @@ def matched_queries(logits: Tensor, pred_boxes: Tensor, indices: Indices, target
     device = logits.device
     pair_counts = [len(pair[0]) for pair in indices]
     target_counts = [len(target["class_labels"]) for target in targets]
-    # HF's matchers return CPU index tensors: concatenated on the CPU, moved once.
+    # HF's matchers return CPU index tensors, its denoising indices are on the logits' device: concatenated where they
+    # are, moved once.
     query = _cat_indices([pair[0] for pair in indices]).to(device)
     target = _cat_indices([pair[1] for pair in indices]).to(device)
-    image = torch.arange(batch, device=device).repeat_interleave(torch.tensor(pair_counts, device=device))
+    image = torch.arange(batch, device=device).repeat_interleave(
+        torch.tensor(pair_counts, dtype=torch.long, device=device), output_size=sum(pair_counts)
+    )
     labels = torch.cat(
         [torch.zeros(0, dtype=torch.long, device=device)] + [t["class_labels"].to(device) for t in targets]
     )
     boxes = torch.cat([pred_boxes.new_zeros(0, 4)] + [t["boxes"].to(device, pred_boxes.dtype) for t in targets])
-    counts = torch.tensor(target_counts, device=device)
+    counts = torch.tensor(target_counts, dtype=torch.long, device=device)
     row = image * queries + query
     sorted_rows = torch.sort(row).values
 
@@ -113,7 +116,10 @@ def _all_finite(values: Tensor) -> Tensor:
 
 
 def _cat_indices(parts: List[Tensor]) -> Tensor:
-    return torch.cat([torch.zeros(0, dtype=torch.long)] + [part.long().cpu() for part in parts])
+    """The index tensors concatenated on the device of the first (moving any other there)."""
+    device = parts[0].device if parts else torch.device("cpu")
+    empty = torch.zeros(0, dtype=torch.long, device=device)
+    return torch.cat([empty] + [part.to(device, torch.long) for part in parts])
 
 
 def _shape(value: object) -> object:

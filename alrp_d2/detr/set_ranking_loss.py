@@ -15,13 +15,15 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from ..criteria import (
+    CorrelationTerm,
+    PositiveTargets,
+    RankingCriterion,
+    RowLabels,
+    ranking_criterion_class,
+    value_balance,
+)
 from ..losses.global_ranking import RankingGroup, exchange_checked, global_mean, ranking_group
-
-# Until the criteria move to the detectron2-free alrp_d2.criteria package: from their current modules.
-from ..modeling.correlation_term import CorrelationTerm
-from ..modeling.criteria.rank_sort_criterion import value_balance
-from ..modeling.ranking_criterion import RankingCriterion, ranking_criterion_class
-from ..modeling.ranking_targets import PositiveTargets, RowLabels
 from .matched_queries import Indices, MatchedQueries, QueryBoxes, Targets, matched_queries, pair_box_losses
 
 __all__ = ["BOX_TERMS", "RANKINGS", "SetRankingLoss"]

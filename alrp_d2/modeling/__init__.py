@@ -19,40 +19,18 @@ from .backbone import (
 )
 from .box_head import XavierUniformFCHead
 from .correlation_detectors import CorrelationFoveaBox, CorrelationRetinaNet, WithCorrelationLoss
-from .correlation_term import CorrelationTerm
-from .criteria import AlrpCriterion, APCriterion, InterpolatedAPCriterion, RankSortCriterion
 from .deform_conv import DeformConvWithCpu, ModulatedDeformConvWithCpu
 from .foveabox import FoveaBox
-from .head_ranking_loss import HeadLoss, HeadRankingLoss, PositiveTerm, RankingStatistics
+from .head_ranking_loss import HeadLoss, HeadRankingLoss, RankingStatistics
 from .low_quality_matcher import MinIoULowQualityMatcher
 from .rank_sort_atss import LevelScaledRetinaNetHead, RankSortATSS
 from .rank_sort_mask_head import RankSortMaskHead
-from .ranking_criterion import (
-    RANKING_CRITERION_REGISTRY,
-    CriterionOutput,
-    PositiveSource,
-    RankingCriterion,
-    build_ranking_criterion,
-)
-from .ranking_targets import PositiveTargets, RankSortTargets, RowLabels
 
 __all__ = [
-    "RANKING_CRITERION_REGISTRY",
-    "APCriterion",
-    "AlrpCriterion",
     "CorrelationFoveaBox",
     "CorrelationRetinaNet",
-    "CorrelationTerm",
-    "CriterionOutput",
     "HeadLoss",
-    "InterpolatedAPCriterion",
-    "PositiveSource",
-    "PositiveTerm",
-    "RankSortCriterion",
-    "RankingCriterion",
-    "RowLabels",
     "WithCorrelationLoss",
-    "build_ranking_criterion",
     "AlrpCascadeROIHeads",
     "AlrpFCOS",
     "AlrpGeneralizedRCNN",
@@ -74,10 +52,8 @@ __all__ = [
     "MinIoULowQualityRPN",
     "ModulatedDeformConvWithCpu",
     "OctaveAnchorGenerator",
-    "PositiveTargets",
     "RankSortATSS",
     "RankSortMaskHead",
-    "RankSortTargets",
     "RankingStatistics",
     "XavierUniformFCHead",
     "build_alrp_resnet_fpn_backbone",

@@ -14,10 +14,10 @@ from torch import Tensor
 from torch.nn import functional as F
 
 from ..config_check import require_config
+from ..criteria.targets import PositiveTargets
 from .dense_boxes import DenseBoxes
 from .dense_head_inputs import dense_head_inputs
 from .dense_ranking_detector import DenseRankingDetector, dense_ranking_loss
-from .ranking_targets import PositiveTargets
 
 __all__ = ["AlrpFCOS", "ConfigurableFCOS"]
 

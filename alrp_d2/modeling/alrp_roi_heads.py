@@ -15,10 +15,10 @@ from detectron2.structures import ImageList, Instances
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from ..criteria.targets import RowLabels
 from .head_ranking_loss import HeadLoss, HeadRankingLoss
 from .proposal_boxes import ProposalBoxes
 from .rank_sort_mask_head import RankSortMaskHead
-from .ranking_targets import RowLabels
 
 __all__ = ["AlrpFastRCNNOutputLayers", "AlrpROIHeads", "keep_every_proposal"]
 
@@ -37,7 +37,7 @@ class AlrpFastRCNNOutputLayers(FastRCNNOutputLayers):
     ``RankBasedShared2FCBBoxHead``): RS Loss ranks all (proposal, class) pairs with the IoUs of the
     positives' decoded boxes as targets, and the GIoU loss of every positive is weighted by the
     proposal's detached best class score and balanced by the loss values of the step (see
-    :class:`~alrp_d2.modeling.RankSortCriterion`).
+    :class:`~alrp_d2.criteria.RankSortCriterion`).
     """
 
     @configurable

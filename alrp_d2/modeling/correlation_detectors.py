@@ -12,11 +12,11 @@ from detectron2.modeling import META_ARCH_REGISTRY, RetinaNet
 from torch import Tensor
 
 from ..config_check import require_config
+from ..criteria.correlation_term import CorrelationTerm, correlation_terms
+from ..criteria.targets import PositiveTargets
 from ..losses.global_ranking import ranking_group
-from .correlation_term import CorrelationTerm, correlation_terms
 from .dense_boxes import DenseBoxes
 from .foveabox import FoveaBox
-from .ranking_targets import PositiveTargets
 
 __all__ = ["CorrelationFoveaBox", "CorrelationRetinaNet", "WithCorrelationLoss"]
 

@@ -1,5 +1,5 @@
 """The boxes of a dense head's rows, (image, anchor) pairs in row-major order, as the ranking criteria read them
-(:class:`~alrp_d2.modeling.PositiveSource`)."""
+(:class:`~alrp_d2.criteria.PositiveSource`)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from detectron2.structures import Boxes
 from fvcore.nn import smooth_l1_loss
 from torch import Tensor
 
+from ..criteria.targets import PositiveTargets
 from ..losses.localisation_error import paired_iou_giou
-from .ranking_targets import PositiveTargets
 
 __all__ = ["DenseBoxes", "DensePositives"]
 

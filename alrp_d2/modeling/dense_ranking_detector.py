@@ -11,9 +11,9 @@ from detectron2.structures import Boxes
 from detectron2.utils.events import get_event_storage
 from torch import Tensor
 
+from ..criteria.targets import RowLabels
 from .dense_boxes import DenseBoxes
 from .head_ranking_loss import HeadLoss, HeadRankingLoss
-from .ranking_targets import RowLabels
 
 __all__ = ["DenseRankingDetector", "dense_ranking_loss"]
 

@@ -3,31 +3,21 @@ of its last step."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, NamedTuple, Optional, Protocol, Sequence, Tuple
+from typing import Any, Dict, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 from detectron2.config import CfgNode
 from torch import Tensor, nn
 
 from ..config_check import require_config
+from ..criteria.correlation_term import correlation_terms
+from ..criteria.rank_sort import value_balance
+from ..criteria.ranking_criterion import PositiveSource, PositiveTerm, RankingCriterion
+from ..criteria.registry import build_ranking_criterion
+from ..criteria.targets import PositiveTargets, RowLabels
 from ..losses.global_ranking import RANKINGS, ranking_group
-from .correlation_term import correlation_terms
-from .criteria.rank_sort_criterion import value_balance
-from .ranking_criterion import PositiveSource, RankingCriterion, build_ranking_criterion
-from .ranking_targets import PositiveTargets, RowLabels
 
-__all__ = ["HeadLoss", "HeadRankingLoss", "PositiveTerm", "RankingStatistics"]
-
-
-class PositiveTerm(Protocol):
-    """A loss added to a head's ranking loss, computed on its positives (Correlation Loss,
-    :class:`~alrp_d2.modeling.CorrelationTerm`): ``loss_<head>_<name>``."""
-
-    name: str
-
-    def __call__(self, logits: Tensor, positives: PositiveTargets, source: PositiveSource, group: Any) -> Tensor:
-        """The weighted term from the (rows, K) logits, the head's positives and its boxes."""
-        ...
+__all__ = ["HeadLoss", "HeadRankingLoss", "RankingStatistics"]
 
 
 class RankingStatistics(NamedTuple):
@@ -61,7 +51,7 @@ class HeadLoss(NamedTuple):
 class HeadRankingLoss(nn.Module):
     """The ranking loss of one head: all (row, class) pairs of the per-device batch in one ranking, as the papers
     train (aLRP Sec. 5, App. E; RS Loss: Oksuz et al., ICCV 2021), by a ranking criterion
-    (:class:`~alrp_d2.modeling.RankingCriterion`, MODEL.ALRP.CRITERION), plus the additive terms on its positives.
+    (:class:`~alrp_d2.criteria.RankingCriterion`, MODEL.ALRP.CRITERION), plus the additive terms on its positives.
 
     It keeps what is the head's: its name in the loss keys and logs, the weight of the whole loss (the RPN's 0.2,
     App. G.4), the localisation weight (a buffer that travels with the model and its checkpoints, maintained by

@@ -8,8 +8,8 @@ from typing import Tuple
 import torch
 from torch import Tensor
 
+from alrp_d2.criteria import PositiveTargets
 from alrp_d2.losses.localisation_error import paired_iou_giou
-from alrp_d2.modeling import PositiveTargets
 
 
 class GivenBoxes:

@@ -8,8 +8,9 @@ from detectron2.modeling.matcher import Matcher
 from detectron2.structures import Boxes, pairwise_iou
 from detectron2.utils.events import EventStorage
 
+from alrp_d2.criteria import AlrpCriterion
 from alrp_d2.engine import find_ranking_losses
-from alrp_d2.modeling import AlrpCriterion, AlrpFastRCNNOutputLayers, AlrpROIHeads, AlrpRPN, HeadRankingLoss
+from alrp_d2.modeling import AlrpFastRCNNOutputLayers, AlrpROIHeads, AlrpRPN, HeadRankingLoss
 
 from .tiny_configs import load_config, ranking_statistics, tiny_batch, tiny_faster_rcnn_cfg
 

@@ -6,8 +6,8 @@ from detectron2.modeling import build_model
 from detectron2.utils.events import EventStorage
 
 from alrp_d2.config import setup_cfg
+from alrp_d2.criteria import APCriterion, InterpolatedAPCriterion, PositiveTargets
 from alrp_d2.losses import ap_loss
-from alrp_d2.modeling import APCriterion, InterpolatedAPCriterion, PositiveTargets
 
 from ..test_ranking_losses import random_case
 from .tiny_configs import CONFIG_DIR, ranking_statistics, tiny_batch, tiny_retinanet_cfg

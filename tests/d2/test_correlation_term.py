@@ -10,9 +10,10 @@ import torch
 from detectron2.modeling import build_model
 from detectron2.utils.events import EventStorage
 
+from alrp_d2.criteria import CorrelationTerm, PositiveTargets
 from alrp_d2.losses import correlation_loss
 from alrp_d2.losses.localisation_error import paired_iou_giou
-from alrp_d2.modeling import CorrelationRetinaNet, CorrelationTerm, PositiveTargets
+from alrp_d2.modeling import CorrelationRetinaNet
 
 from .given_boxes import GivenBoxes
 from .tiny_configs import tiny_batch, tiny_faster_rcnn_cfg, tiny_rank_sort_cfg, tiny_retinanet_cfg

@@ -12,7 +12,8 @@ import torch
 from detectron2.config import instantiate
 from detectron2.utils.events import EventStorage
 
-from alrp_d2.modeling import CorrelationTerm, HeadRankingLoss
+from alrp_d2.criteria import CorrelationTerm
+from alrp_d2.modeling import HeadRankingLoss
 
 from .lazy_configs import FLAGSHIPS, TWINS, load_lazy, tiny_lazy
 from .tiny_configs import CONFIG_DIR, tiny_batch, with_masks

@@ -17,16 +17,14 @@ from detectron2.utils.events import EventStorage
 from torch import Tensor
 
 from alrp_d2.config import setup_cfg
+from alrp_d2.criteria import RankSortCriterion, RankSortTargets, RowLabels
 from alrp_d2.modeling import (
     AlrpGeneralizedRCNN,
     HeadRankingLoss,
     LastLevelP6P7WithoutReLU,
     OctaveAnchorGenerator,
     RankSortATSS,
-    RankSortCriterion,
     RankSortMaskHead,
-    RankSortTargets,
-    RowLabels,
     XavierUniformFCHead,
 )
 from alrp_d2.modeling.rank_sort_atss import LevelScaledRetinaNetHead

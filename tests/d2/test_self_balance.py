@@ -8,8 +8,9 @@ import torch
 from detectron2.utils.events import EventStorage
 from torch import nn
 
+from alrp_d2.criteria import AlrpCriterion
 from alrp_d2.engine.self_balance import SelfBalanceHook, self_balanced_weight
-from alrp_d2.modeling import AlrpCriterion, HeadRankingLoss, RankingStatistics
+from alrp_d2.modeling import HeadRankingLoss, RankingStatistics
 
 # (L_cls, L_loc) of two heads at iterations 0..6.
 VALUES = {

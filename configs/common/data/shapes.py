@@ -4,6 +4,7 @@ import detectron2.data.transforms as T
 from detectron2.config import LazyCall as L
 from detectron2.model_zoo import get_config
 
+import alrp_d2.data  # registers shapes_train and shapes_val
 from alrp_d2.evaluation import COCOLRPEvaluator
 
 dataloader = get_config("common/data/coco.py").dataloader

@@ -3,17 +3,20 @@ Segmentation", ICCV 2021), with the semantics of the official RS heads."""
 
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import TYPE_CHECKING, Any, Dict
 
-from detectron2.config import CfgNode
 from torch import Tensor
 
-from ...losses import rank_sort_loss_indexed
-from ...losses.global_ranking import global_weighted_mean
-from ...losses.localisation_error import paired_iou_giou
-from ..ranking_criterion import RANKING_CRITERION_REGISTRY, CriterionOutput, PositiveSource, RankingCriterion
-from ..ranking_targets import PositiveTargets, RankSortTargets, RowLabels, Targets
-from .alrp_criterion import configured_loc_error
+from ..losses import rank_sort_loss_indexed
+from ..losses.global_ranking import global_weighted_mean
+from ..losses.localisation_error import paired_iou_giou
+from .localisation import configured_loc_error
+from .ranking_criterion import CriterionOutput, PositiveSource, RankingCriterion
+from .registry import RANKING_CRITERION_REGISTRY
+from .targets import PositiveTargets, RankSortTargets, RowLabels, Targets
+
+if TYPE_CHECKING:
+    from detectron2.config import CfgNode
 
 __all__ = ["RankSortCriterion", "value_balance"]
 

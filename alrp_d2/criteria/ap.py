@@ -3,18 +3,21 @@ baselines (aLRP paper Table 2, App. G)."""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Dict, Optional
+from typing import TYPE_CHECKING, Any, ClassVar, Dict, Optional
 
 import torch
-from detectron2.config import CfgNode
 from torch import Tensor
 
-from ...config_check import require_config
-from ...losses import ap_loss_indexed
-from ...losses.global_ranking import global_mean
-from ..ranking_criterion import RANKING_CRITERION_REGISTRY, CriterionOutput, PositiveSource, RankingCriterion
-from ..ranking_targets import PositiveTargets, Targets
-from .alrp_criterion import configured_loc_error, positive_loc_errors
+from ..config_check import require_config
+from ..losses import ap_loss_indexed
+from ..losses.global_ranking import global_mean
+from .localisation import configured_loc_error, positive_loc_errors
+from .ranking_criterion import CriterionOutput, PositiveSource, RankingCriterion
+from .registry import RANKING_CRITERION_REGISTRY
+from .targets import PositiveTargets, Targets
+
+if TYPE_CHECKING:
+    from detectron2.config import CfgNode
 
 __all__ = ["AP_LOC_LOSSES", "APCriterion", "InterpolatedAPCriterion"]
 

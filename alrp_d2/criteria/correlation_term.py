@@ -3,10 +3,9 @@ correlation of the positives' scores with the IoUs of their predicted boxes."""
 
 from __future__ import annotations
 
-from typing import Any, List, Optional
+from typing import TYPE_CHECKING, Any, List, Optional
 
 import torch
-from detectron2.config import CfgNode
 from torch import Tensor
 
 from ..config_check import require_config
@@ -14,7 +13,10 @@ from ..losses.correlation_loss import CORRELATION_KINDS, correlation_loss, corre
 from ..losses.global_ranking import RankingGroup, exchange_checked
 from ..losses.localisation_error import paired_iou_giou
 from .ranking_criterion import PositiveSource
-from .ranking_targets import PositiveTargets
+from .targets import PositiveTargets
+
+if TYPE_CHECKING:
+    from detectron2.config import CfgNode
 
 __all__ = ["CorrelationTerm", "correlation_terms"]
 

@@ -2,7 +2,7 @@
 
 A criterion is registered in :data:`RANKING_CRITERION_REGISTRY` by its class name, which MODEL.ALRP.CRITERION selects.
 Every head of the project (:class:`~alrp_d2.modeling.HeadRankingLoss`) asks its criterion three things, through one
-interface and never by the criterion's name:
+interface and never by the criterion's name (this package imports no detectron2):
 
 1. :meth:`RankingCriterion.targets`: the positives of the ranking from the head's row labels, reading of the head's
    boxes what the criterion needs (:class:`PositiveSource`);
@@ -20,29 +20,16 @@ balances it by the loss values of the step (Rank & Sort Loss), which the head al
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Dict, NamedTuple, Protocol, Tuple, Type
+from typing import TYPE_CHECKING, Any, ClassVar, Dict, NamedTuple, Protocol, Tuple
 
-from detectron2.config import CfgNode
-from detectron2.utils.registry import Registry
 from torch import Tensor
 
-from ..config_check import require_config
-from .ranking_targets import PositiveTargets, RowLabels, Targets
+from .targets import PositiveTargets, RowLabels, Targets
 
-__all__ = [
-    "RANKING_CRITERION_REGISTRY",
-    "CriterionOutput",
-    "PositiveSource",
-    "RankingCriterion",
-    "build_ranking_criterion",
-    "ranking_criterion_class",
-]
+if TYPE_CHECKING:
+    from detectron2.config import CfgNode
 
-RANKING_CRITERION_REGISTRY = Registry("RANKING_CRITERION")
-RANKING_CRITERION_REGISTRY.__doc__ = """
-Ranking criteria (subclasses of :class:`RankingCriterion`), selected by class name with MODEL.ALRP.CRITERION.
-The registered class is built as ``cls(**cls.from_config(cfg, delta=..., tau=...))``.
-"""
+__all__ = ["CriterionOutput", "PositiveSource", "PositiveTerm", "RankingCriterion"]
 
 
 class PositiveSource(Protocol):
@@ -69,6 +56,17 @@ class PositiveSource(Protocol):
 
     def levels(self, positives: PositiveTargets) -> Tensor:
         """(P,) the pyramid level of each positive, in [0, num_levels)."""
+        ...
+
+
+class PositiveTerm(Protocol):
+    """A loss added to a head's ranking loss, computed on its positives (Correlation Loss,
+    :class:`~alrp_d2.criteria.CorrelationTerm`): ``loss_<head>_<name>``."""
+
+    name: str
+
+    def __call__(self, logits: Tensor, positives: PositiveTargets, source: PositiveSource, group: Any) -> Tensor:
+        """The weighted term from the (rows, K) logits, the head's positives and its boxes."""
         ...
 
 
@@ -140,26 +138,3 @@ class RankingCriterion:
     def __repr__(self) -> str:
         settings = ", ".join(f"{name}={value!r}" for name, value in vars(self).items())
         return f"{type(self).__name__}({settings})"
-
-
-def ranking_criterion_class(name: str, key: str = "MODEL.ALRP.CRITERION") -> Type[RankingCriterion]:
-    """The criterion class registered as ``name``; a ValueError naming ``key`` and the registered names otherwise."""
-    registered = tuple(sorted(name for name, _ in RANKING_CRITERION_REGISTRY))
-    require_config(name in registered, key, name, f"must be a registered ranking criterion, one of {registered}")
-    return RANKING_CRITERION_REGISTRY.get(name)
-
-
-def build_ranking_criterion(cfg: CfgNode, *, delta_key: str = "DELTA", tau_key: str = "TAU") -> RankingCriterion:
-    """The criterion MODEL.ALRP.CRITERION names, with a head's delta and tau (MODEL.ALRP.<delta_key>, <tau_key>):
-    delta > 0, or >= 0 for a criterion that ``allows_unit_step``; tau in [0, 1)."""
-    alrp = cfg.MODEL.ALRP
-    criterion = ranking_criterion_class(alrp.CRITERION)
-    delta = alrp[delta_key]
-    number = isinstance(delta, (int, float)) and not isinstance(delta, bool)
-    if criterion.allows_unit_step:
-        require_config(number and delta >= 0, f"MODEL.ALRP.{delta_key}", delta, f"must be >= 0 with {alrp.CRITERION}")
-    else:
-        require_config(number and delta > 0, f"MODEL.ALRP.{delta_key}", delta, "must be > 0")
-    tau = alrp[tau_key]
-    require_config(0.0 <= tau < 1.0, f"MODEL.ALRP.{tau_key}", tau, "must be in [0, 1)")
-    return criterion(**criterion.from_config(cfg, delta=float(delta), tau=tau))

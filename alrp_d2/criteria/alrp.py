@@ -2,32 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import TYPE_CHECKING, Any, Dict
 
 import torch
-from detectron2.config import CfgNode
 from torch import Tensor
 
-from ...config_check import require_config
-from ...losses import alrp_loss_indexed, loc_error
-from ...losses.localisation_error import LOC_ERROR_KINDS
-from ..ranking_criterion import RANKING_CRITERION_REGISTRY, CriterionOutput, PositiveSource, RankingCriterion
-from ..ranking_targets import PositiveTargets, Targets
+from ..losses import alrp_loss_indexed
+from .localisation import configured_loc_error, positive_loc_errors
+from .ranking_criterion import CriterionOutput, PositiveSource, RankingCriterion
+from .registry import RANKING_CRITERION_REGISTRY
+from .targets import PositiveTargets, Targets
 
-__all__ = ["AlrpCriterion", "configured_loc_error", "positive_loc_errors"]
+if TYPE_CHECKING:
+    from detectron2.config import CfgNode
 
-
-def configured_loc_error(cfg: CfgNode) -> str:
-    """MODEL.ALRP.LOC_ERROR, one of :data:`alrp_d2.losses.localisation_error.LOC_ERROR_KINDS`."""
-    kind = cfg.MODEL.ALRP.LOC_ERROR
-    require_config(kind in LOC_ERROR_KINDS, "MODEL.ALRP.LOC_ERROR", kind, f"must be one of {LOC_ERROR_KINDS}")
-    return kind
-
-
-def positive_loc_errors(positives: PositiveTargets, source: PositiveSource, kind: str, tau: float) -> Tensor:
-    """E_loc of the positives' decoded boxes against their targets (App. E line 12)."""
-    pred_boxes, target_boxes = source.decoded_boxes(positives)
-    return loc_error(pred_boxes, target_boxes, kind, tau)
+__all__ = ["AlrpCriterion"]
 
 
 @RANKING_CRITERION_REGISTRY.register()

@@ -1,0 +1,248 @@
+"""Speed of the losses of all layers of one training step of a DETR-family detector (docs/detr.md, "Speed"):
+ours (alrp_d2.detr.SetRankingLoss with Rank & Sort Loss and aLRP Loss) against Hugging Face's RT-DETR losses
+(varifocal and focal, transformers' ``RTDetrLoss``) and BRL's ``BucketedRankSort`` on the same inputs, matching
+included and apart.
+
+    git --git-dir PATH/BucketedRankingBasedLosses.git archive HEAD mmdet/models/losses/ranking_losses.py \\
+        | tar -x -C /tmp/brl                                   # or any clone of blisgard/BucketedRankingBasedLosses
+    python benchmarks/detr_loss_speed.py --brl-repo /tmp/brl   # or BRL_REPO=/tmp/brl python benchmarks/...
+    python benchmarks/detr_loss_speed.py --device cuda ...     # on a GPU
+    BENCH_THREADS=2 python benchmarks/detr_loss_speed.py --scales 16:900 --repeats 5 ...
+
+One step (RT-DETR's and DINO's layout): 80 classes, 6 decoder layers and the encoder's top-k proposals (7 layers of
+``Q`` queries, each matched by HF's ``RTDetrHungarianMatcher``: scipy's Hungarian algorithm) and the 6 decoder layers
+of the denoising queries (``--dn-queries``, 200 by default: as many groups of 2 x the largest number of targets of an
+image as fit; positives fixed by the groups, as HF's ``get_cdn_matched_indices``). Each image has 1 to 20 targets
+(seeded). Logits near the prior-probability initialisation (N(-4.6, 1), the expensive case for a ranking loss: every
+negative is relevant). Every row computes the losses of all 13 layers and their backward pass:
+
+* ``match``: the 7 Hungarian matchings alone;
+* ``ours RS``: SetRankingLoss("RankSortCriterion"), box terms value-balanced (BRS-DETR's choice);
+* ``ours aLRP``: SetRankingLoss("AlrpCriterion", box_terms="own");
+* ``HF VFL``: ``RTDetrLoss.loss_labels_vfl`` and ``loss_boxes`` with RT-DETR's weights, the number of boxes as HF
+  computes it; ``HF focal``: Deformable-DETR's (``DeformableDetrImageLoss``: focal loss, weights 2, 5, 2);
+* ``BRL RS``: BRS-DETR's per-layer loss with BRL's ``BucketedRankSort`` at delta 0.5 on the (B * Q * C) targets with
+  the matched pairs' IoUs, and the same value-balanced box terms as ours (loaded at run time from ``--brl-repo`` or
+  ``$BRL_REPO``; left out without it);
+* ``... + match``: the row with the 7 matchings of the step.
+
+Time: every row once as warm-up, then the rows take turns in one process (a change of the machine's load hits all
+alike); the medians of ``--repeats`` rounds of the wall-clock time and of the process's CPU time. On a machine shared
+with other work, the CPU time (which does not count the time the process waits for a core) is the steadier figure, and
+the ratios are taken from it; with ``--device cuda``, from the wall-clock time (synchronised).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
+
+import torch
+from torch import Tensor
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from alrp_d2.detr import SetRankingLoss  # noqa: E402
+from alrp_d2.detr.matched_queries import matched_queries, pair_box_losses  # noqa: E402
+from benchmarks.loss_speed import load_average, set_threads, synchronise  # noqa: E402
+from benchmarks.reference_losses import RANKING_LOSSES_FILE, load_reference  # noqa: E402
+
+SCALES = ["4:300", "16:300", "4:900", "16:900"]
+NUM_CLASSES = 80
+DECODER_LAYERS = 6
+MAX_TARGETS = 20
+
+Indices = List[Tuple[Tensor, Tensor]]
+LayerLoss = Callable[[Tensor, Tensor, Indices, List[Dict[str, Tensor]], float], Tensor]
+
+
+class Step(NamedTuple):
+    """The outputs of one training step: the matched layers (decoder and encoder), the denoising layers."""
+
+    matched: List[Tuple[Tensor, Tensor]]
+    denoising: List[Tuple[Tensor, Tensor]]
+    targets: List[Dict[str, Tensor]]
+    dn_indices: Indices
+    dn_groups: int
+
+
+def _boxes(count: int, gen: torch.Generator) -> Tensor:
+    return torch.cat(
+        [torch.rand(count, 2, generator=gen) * 0.8 + 0.1, torch.rand(count, 2, generator=gen) * 0.3 + 0.02], 1
+    )
+
+
+def _layer(batch: int, queries: int, gen: torch.Generator, device: str) -> Tuple[Tensor, Tensor]:
+    logits = torch.randn(batch, queries, NUM_CLASSES, generator=gen) - 4.6
+    boxes = _boxes(batch * queries, gen).reshape(batch, queries, 4)
+    return logits.to(device).requires_grad_(True), boxes.to(device).requires_grad_(True)
+
+
+def make_step(batch: int, queries: int, dn_queries: int, device: str, seed: int = 0) -> Step:
+    gen = torch.Generator().manual_seed(seed)
+    counts = torch.randint(1, MAX_TARGETS + 1, (batch,), generator=gen).tolist()
+    targets = [
+        {
+            "class_labels": torch.randint(0, NUM_CLASSES, (count,), generator=gen).to(device),
+            "boxes": _boxes(count, gen).to(device),
+        }
+        for count in counts
+    ]
+    slot = 2 * max(counts)
+    groups = max(1, dn_queries // slot)
+    dn_indices = [
+        (torch.cat([group * slot + torch.arange(count) for group in range(groups)]), torch.arange(count).repeat(groups))
+        for count in counts
+    ]
+    matched = [_layer(batch, queries, gen, device) for _ in range(DECODER_LAYERS + 1)]
+    denoising = [_layer(batch, groups * slot, gen, device) for _ in range(DECODER_LAYERS)]
+    return Step(matched, denoising, targets, dn_indices, groups)
+
+
+def hf_matcher_and_losses():
+    """transformers' RT-DETR matcher, and its RT-DETR loss (varifocal) and Deformable-DETR loss (focal) modules with
+    their default configurations (RT-DETR's own focal path, ``RTDetrLoss.loss_labels_focal``, fails in transformers
+    5.23: it passes integer targets to ``binary_cross_entropy_with_logits``)."""
+    from transformers import RTDetrConfig
+    from transformers.loss.loss_deformable_detr import DeformableDetrImageLoss
+    from transformers.loss.loss_rt_detr import RTDetrHungarianMatcher, RTDetrLoss
+
+    config = RTDetrConfig(num_labels=NUM_CLASSES)
+    focal = DeformableDetrImageLoss(None, NUM_CLASSES, 0.25, ["labels", "boxes"])
+    return RTDetrHungarianMatcher(config), RTDetrLoss(config), focal
+
+
+def hf_layer_loss(criterion, labels: str, weights: Dict[str, float]) -> LayerLoss:
+    """The weighted sum of one layer's ``labels`` ("vfl" of RTDetrLoss, "labels" of Deformable-DETR's) and box
+    losses, as the modules' ``forward``."""
+
+    def loss(logits: Tensor, boxes: Tensor, indices: Indices, targets: List[Dict[str, Tensor]], num_boxes: float):
+        outputs = {"logits": logits, "pred_boxes": boxes}
+        terms = {**criterion.get_loss(labels, outputs, targets, indices, num_boxes)}
+        terms.update(criterion.get_loss("boxes", outputs, targets, indices, num_boxes))
+        return sum(weights[name] * value for name, value in terms.items())
+
+    return loss
+
+
+def ours_layer_loss(module: SetRankingLoss) -> LayerLoss:
+    return lambda logits, boxes, indices, targets, num_boxes: sum(module(logits, boxes, indices, targets).values())
+
+
+def brl_layer_loss(repo: str, device: str) -> LayerLoss:
+    """BRS-DETR's layer loss with BRL's BucketedRankSort; the box terms value-balanced as ours."""
+    bucketed = load_reference("rank_sort", "BRL", repo, device)
+
+    def loss(logits: Tensor, boxes: Tensor, indices: Indices, targets: List[Dict[str, Tensor]], num_boxes: float):
+        matched = matched_queries(logits, boxes, indices, targets)
+        l1, giou, ious = pair_box_losses(boxes, matched)
+        flat_targets = torch.zeros(logits.numel(), device=logits.device)
+        flat_targets[matched.row * NUM_CLASSES + matched.label] = ious.float()
+        ranking, sorting = bucketed(logits.reshape(-1), flat_targets, 0.5)
+        rank_sort = ranking + sorting
+        box = [term.mean() for term in (l1, giou)]
+        return rank_sort + sum(term * (rank_sort.detach() / term.detach()) for term in box)
+
+    return loss
+
+
+def step_runner(step: Step, layer_loss: LayerLoss, matcher: Optional[Callable], indices: List[Indices]) -> Callable:
+    """Forward and backward of the losses of all layers of ``step``; with ``matcher`` the matchings are made first,
+    otherwise ``indices`` (the precomputed ones) are used."""
+    num_boxes = float(max(sum(len(t["class_labels"]) for t in step.targets), 1))
+
+    def run() -> None:
+        total = 0.0
+        for layer, (logits, boxes) in enumerate(step.matched):
+            layer_indices = (
+                matcher({"logits": logits, "pred_boxes": boxes}, step.targets) if matcher else indices[layer]
+            )
+            total = total + layer_loss(logits, boxes, layer_indices, step.targets, num_boxes)
+        for logits, boxes in step.denoising:
+            total = total + layer_loss(logits, boxes, step.dn_indices, step.targets, num_boxes * step.dn_groups)
+        total.backward()
+        for logits, boxes in step.matched + step.denoising:
+            logits.grad = boxes.grad = None
+
+    return run
+
+
+def median_times(runs: Dict[str, Callable[[], object]], repeats: int, device: str) -> Dict[str, Tuple[float, float]]:
+    """The median (wall-clock, CPU) time of every run, the runs taking turns, after one warm-up round."""
+    times: Dict[str, List[Tuple[float, float]]] = {name: [] for name in runs}
+    for round_ in range(repeats + 1):
+        for name, run in runs.items():
+            synchronise(device)
+            wall, cpu = time.perf_counter(), time.process_time()
+            run()
+            synchronise(device)
+            if round_:
+                times[name].append((time.perf_counter() - wall, time.process_time() - cpu))
+    return {
+        name: (statistics.median(w for w, _ in pairs), statistics.median(c for _, c in pairs))
+        for name, pairs in times.items()
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--brl-repo", default=os.environ.get("BRL_REPO"), help="blisgard/BucketedRankingBasedLosses")
+    parser.add_argument("--scales", nargs="+", default=SCALES, help="B:Q, images per worker and queries")
+    parser.add_argument("--dn-queries", type=int, default=200, help="denoising queries (at most)")
+    parser.add_argument("--repeats", type=int, default=5, help="timed rounds (median reported)")
+    args = parser.parse_args()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda needs a CUDA device")
+    if args.brl_repo is not None and not os.path.isfile(os.path.join(args.brl_repo, RANKING_LOSSES_FILE)):
+        parser.error(f"BRL repository {args.brl_repo} has no {RANKING_LOSSES_FILE}")
+    set_threads()
+    matcher, varifocal, focal = hf_matcher_and_losses()
+    losses: Dict[str, LayerLoss] = {
+        "ours RS": ours_layer_loss(SetRankingLoss("RankSortCriterion")),
+        "ours aLRP": ours_layer_loss(SetRankingLoss("AlrpCriterion", box_terms="own")),
+        "HF VFL": hf_layer_loss(varifocal, "vfl", varifocal.weight_dict),
+        "HF focal": hf_layer_loss(focal, "labels", {"loss_ce": 2.0, "loss_bbox": 5.0, "loss_giou": 2.0}),
+    }
+    if args.brl_repo is not None:
+        losses["BRL RS"] = brl_layer_loss(args.brl_repo, args.device)
+    print(
+        f"device: {args.device}, torch {torch.__version__}, threads {torch.get_num_threads()}, "
+        f"load average {load_average()}, {NUM_CLASSES} classes, {DECODER_LAYERS} decoder layers + encoder "
+        f"+ {DECODER_LAYERS} denoising layers, median of {args.repeats}"
+    )
+    print(
+        "| images | queries + denoising | row | wall time per step (s) | CPU time per step (s) | its time / ours RS |"
+    )
+    print("|---|---|---|---|---|---|")
+    for scale in args.scales:
+        batch, queries = (int(value) for value in scale.split(":"))
+        step = make_step(batch, queries, args.dn_queries, args.device)
+        indices = [matcher({"logits": logits, "pred_boxes": boxes}, step.targets) for logits, boxes in step.matched]
+        runs: Dict[str, Callable[[], object]] = {
+            "match": lambda step=step: [matcher({"logits": c, "pred_boxes": b}, step.targets) for c, b in step.matched]
+        }
+        for name, layer_loss in losses.items():
+            runs[name] = step_runner(step, layer_loss, None, indices)
+        for name in ("ours RS", "HF VFL"):
+            runs[f"{name} + match"] = step_runner(step, losses[name], matcher, indices)
+        times = median_times(runs, args.repeats, args.device)
+        column = 0 if args.device == "cuda" else 1
+        dn = step.denoising[0][0].shape[1]
+        for name, (wall, cpu) in times.items():
+            ratio = times[name][column] / times["ours RS"][column]
+            print(f"| {batch} | {queries} + {dn} | {name} | {wall:.3f} | {cpu:.3f} | {ratio:.2f}x |")
+        brl = f"{times['BRL RS'][column] / times['ours RS'][column]:.2f}x" if "BRL RS" in times else "not run"
+        ratio = times["ours RS + match"][column] / times["HF VFL + match"][column]
+        summary = f"BRL RS / ours RS {brl}; (ours RS + match) / (HF VFL + match) {ratio:.2f}x"
+        print(f"| {batch} | {queries} + {dn} | {summary} | | | |")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
