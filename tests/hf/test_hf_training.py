@@ -55,6 +55,7 @@ def test_the_loss_is_not_saved_and_is_switched_again_after_loading(tmp_path):
     model = use_ranking_loss(tiny_detr("rt_detr"), "RankSortCriterion")
     batch = fixed_batch()
     expected = seeded_forward(model, batch)
+    assert not [key for key in model.state_dict() if "loss" in key]
     model.save_pretrained(tmp_path)
     loaded = AutoModelForObjectDetection.from_pretrained(tmp_path).train()
     assert type(loaded) is type(model)
@@ -70,6 +71,12 @@ def test_calling_it_again_replaces_the_loss_and_its_encoder_hook():
     twice = seeded_forward(use_ranking_loss(model, "RankSortCriterion"), batch).loss
     torch.testing.assert_close(twice, once)
     assert len(model._forward_hooks) == 1
+
+
+def test_a_two_stage_deformable_detr_needs_its_model_output():
+    model = use_ranking_loss(tiny_detr("deformable_detr_two_stage"))
+    with pytest.raises(TypeError, match="return_dict=True"):
+        model(**fixed_batch(), return_dict=False)
 
 
 def test_an_unsupported_model_is_named():
