@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import AutoModelForObjectDetection
+from transformers import (
+    AutoModelForObjectDetection,
+    ConditionalDetrForObjectDetection,
+    DabDetrForObjectDetection,
+    DFineForObjectDetection,
+)
 from transformers.loss.loss_utils import LOSS_MAPPING
 
 from alrp_d2.detr import use_ranking_loss
@@ -79,6 +84,12 @@ def test_a_two_stage_deformable_detr_needs_its_model_output():
         model(**fixed_batch(), return_dict=False)
 
 
-def test_an_unsupported_model_is_named():
-    with pytest.raises(TypeError, match="RTDetrForObjectDetection.*got Linear"):
-        use_ranking_loss(torch.nn.Linear(2, 2))
+UNSUPPORTED = [DFineForObjectDetection, ConditionalDetrForObjectDetection, DabDetrForObjectDetection, torch.nn.Linear]
+
+
+@pytest.mark.parametrize("unsupported", UNSUPPORTED)
+def test_an_unsupported_model_is_named(unsupported):
+    model = unsupported.__new__(unsupported)  # an empty module of the class: only its type is read
+    torch.nn.Module.__init__(model)
+    with pytest.raises(TypeError, match=f"RTDetrForObjectDetection.*got {unsupported.__name__}"):
+        use_ranking_loss(model)
