@@ -44,6 +44,19 @@ def test_every_term_of_the_loss_is_summed():
     assert all(torch.isfinite(value) for value in outputs.loss_dict.values())
 
 
+@pytest.mark.parametrize(
+    "name, suffixes",
+    [("rt_detr", {"", "_dn_1", "_enc"}), ("deformable_detr_two_stage", {"", "_enc"}), ("deformable_detr", {""})],
+)
+def test_without_auxiliary_loss_the_last_layer_and_the_encoder_are_ranked(name, suffixes):
+    """``config.auxiliary_loss`` False (HF's switch of the intermediate layers' losses): the last decoder layer, its
+    denoising queries and the encoder's proposals."""
+    model = use_ranking_loss(tiny_detr(name, auxiliary_loss=False))
+    outputs = seeded_forward(model, fixed_batch())
+    assert set(outputs.loss_dict) == {term + suffix for term in TERMS for suffix in suffixes}
+    torch.testing.assert_close(outputs.loss, sum(outputs.loss_dict.values()))
+
+
 def test_the_two_stage_encoder_term_trains_the_proposal_head():
     """HF's own two-stage Deformable-DETR loss leaves the encoder's proposal head (the last class and box heads of
     the decoder) without a gradient; the ranking loss adds the encoder-proposal term."""

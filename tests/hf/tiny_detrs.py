@@ -63,13 +63,15 @@ DEFORMABLE_DETR = {
     "num_labels": NUM_LABELS,
 }
 
-TINY_DETRS: Dict[str, Callable[[], PreTrainedModel]] = {
-    "rt_detr": lambda: RTDetrForObjectDetection(RTDetrConfig(**RT_DETR)),
-    "rt_detr_v2": lambda: RTDetrV2ForObjectDetection(RTDetrV2Config(**RT_DETR)),
-    "deformable_detr_two_stage": lambda: DeformableDetrForObjectDetection(
-        DeformableDetrConfig(**DEFORMABLE_DETR, two_stage=True, with_box_refine=True)
+TINY_DETRS: Dict[str, Callable[..., PreTrainedModel]] = {
+    "rt_detr": lambda **config: RTDetrForObjectDetection(RTDetrConfig(**{**RT_DETR, **config})),
+    "rt_detr_v2": lambda **config: RTDetrV2ForObjectDetection(RTDetrV2Config(**{**RT_DETR, **config})),
+    "deformable_detr_two_stage": lambda **config: DeformableDetrForObjectDetection(
+        DeformableDetrConfig(**{**DEFORMABLE_DETR, "two_stage": True, "with_box_refine": True, **config})
     ),
-    "deformable_detr": lambda: DeformableDetrForObjectDetection(DeformableDetrConfig(**DEFORMABLE_DETR)),
+    "deformable_detr": lambda **config: DeformableDetrForObjectDetection(
+        DeformableDetrConfig(**{**DEFORMABLE_DETR, **config})
+    ),
 }
 
 # The suffixes of the loss keys of one forward in training: every decoder layer, the denoising queries of every
@@ -82,10 +84,11 @@ SUFFIXES = {
 }
 
 
-def tiny_detr(name: str, seed: int = 0) -> PreTrainedModel:
-    """The tiny model ``name`` of :data:`TINY_DETRS`, seeded, in training mode."""
+def tiny_detr(name: str, seed: int = 0, **config: object) -> PreTrainedModel:
+    """The tiny model ``name`` of :data:`TINY_DETRS` (its config's entries replaced by ``config``), seeded, in
+    training mode."""
     torch.manual_seed(seed)
-    return TINY_DETRS[name]().train()
+    return TINY_DETRS[name](**config).train()
 
 
 def fixed_batch(batch_size: int = 2) -> Dict[str, object]:
