@@ -1,0 +1,108 @@
+"""Hugging Face's RT-DETR (v1, v2) and Deformable-DETR (two-stage and not) switched to the ranking losses by
+``use_ranking_loss`` train through their own ``model(pixel_values=..., labels=...)``."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import (
+    AutoModelForObjectDetection,
+    ConditionalDetrForObjectDetection,
+    DabDetrForObjectDetection,
+    DFineForObjectDetection,
+)
+from transformers.loss.loss_utils import LOSS_MAPPING
+
+from alrp_d2.detr import use_ranking_loss
+
+from .tiny_detrs import SUFFIXES, TINY_DETRS, fixed_batch, seeded_forward, tiny_detr, train_steps
+
+CRITERIA = ("RankSortCriterion", "AlrpCriterion", "APCriterion")
+TERMS = {"loss_rank", "loss_bbox", "loss_giou"}
+
+
+@pytest.mark.parametrize("criterion", CRITERIA)
+@pytest.mark.parametrize("name", list(TINY_DETRS))
+def test_each_criterion_trains_each_detr(name, criterion):
+    model = use_ranking_loss(tiny_detr(name), criterion)
+    batch = fixed_batch()
+    outputs = seeded_forward(model, batch)
+    assert set(outputs.loss_dict) == {term + suffix for term in TERMS for suffix in SUFFIXES[name]}
+    torch.testing.assert_close(outputs.loss, sum(outputs.loss_dict.values()))
+    losses = train_steps(model, batch, steps=5)
+    assert losses[-1] < losses[0], losses
+
+
+def test_every_term_of_the_loss_is_summed():
+    """RT-DETR's own loss keeps only the keys of its weight dict; every key of the ranking loss counts here, also
+    aLRP Loss's own localisation and Correlation Loss, for every set of predictions."""
+    model = use_ranking_loss(tiny_detr("rt_detr"), "AlrpCriterion", box_terms="own", corr_weight=0.2)
+    outputs = seeded_forward(model, fixed_batch(batch_size=3))
+    terms = {"loss_rank", "loss_bbox", "loss_loc", "loss_corr"}
+    assert set(outputs.loss_dict) == {term + suffix for term in terms for suffix in SUFFIXES["rt_detr"]}
+    torch.testing.assert_close(outputs.loss, sum(outputs.loss_dict.values()))
+    assert all(torch.isfinite(value) for value in outputs.loss_dict.values())
+
+
+@pytest.mark.parametrize(
+    "name, suffixes",
+    [("rt_detr", {"", "_dn_1", "_enc"}), ("deformable_detr_two_stage", {"", "_enc"}), ("deformable_detr", {""})],
+)
+def test_without_auxiliary_loss_the_last_layer_and_the_encoder_are_ranked(name, suffixes):
+    """``config.auxiliary_loss`` False (HF's switch of the intermediate layers' losses): the last decoder layer, its
+    denoising queries and the encoder's proposals."""
+    model = use_ranking_loss(tiny_detr(name, auxiliary_loss=False))
+    outputs = seeded_forward(model, fixed_batch())
+    assert set(outputs.loss_dict) == {term + suffix for term in TERMS for suffix in suffixes}
+    torch.testing.assert_close(outputs.loss, sum(outputs.loss_dict.values()))
+
+
+def test_the_two_stage_encoder_term_trains_the_proposal_head():
+    """HF's own two-stage Deformable-DETR loss leaves the encoder's proposal head (the last class and box heads of
+    the decoder) without a gradient; the ranking loss adds the encoder-proposal term."""
+    batch = fixed_batch()
+    for switch, trained in ((lambda model: model, False), (use_ranking_loss, True)):
+        model = switch(tiny_detr("deformable_detr_two_stage"))
+        seeded_forward(model, batch).loss.backward()
+        heads = (model.model.decoder.class_embed[-1], model.model.decoder.bbox_embed[-1])
+        gradients = [p.grad for head in heads for p in head.parameters()]
+        assert all(g is not None and g.abs().sum() > 0 for g in gradients) == trained
+
+
+def test_the_loss_is_not_saved_and_is_switched_again_after_loading(tmp_path):
+    model = use_ranking_loss(tiny_detr("rt_detr"), "RankSortCriterion")
+    batch = fixed_batch()
+    expected = seeded_forward(model, batch)
+    assert not [key for key in model.state_dict() if "loss" in key]
+    model.save_pretrained(tmp_path)
+    loaded = AutoModelForObjectDetection.from_pretrained(tmp_path).train()
+    assert type(loaded) is type(model)
+    assert loaded.loss_function is LOSS_MAPPING["RTDetrForObjectDetection"]
+    outputs = seeded_forward(use_ranking_loss(loaded, "RankSortCriterion"), batch)
+    torch.testing.assert_close(outputs.loss_dict, expected.loss_dict)
+
+
+def test_calling_it_again_replaces_the_loss_and_its_encoder_hook():
+    model = use_ranking_loss(tiny_detr("deformable_detr_two_stage"), "RankSortCriterion")
+    batch = fixed_batch()
+    once = seeded_forward(model, batch).loss
+    twice = seeded_forward(use_ranking_loss(model, "RankSortCriterion"), batch).loss
+    torch.testing.assert_close(twice, once)
+    assert len(model._forward_hooks) == 1
+
+
+def test_a_two_stage_deformable_detr_needs_its_model_output():
+    model = use_ranking_loss(tiny_detr("deformable_detr_two_stage"))
+    with pytest.raises(TypeError, match="return_dict=True"):
+        model(**fixed_batch(), return_dict=False)
+
+
+UNSUPPORTED = [DFineForObjectDetection, ConditionalDetrForObjectDetection, DabDetrForObjectDetection, torch.nn.Linear]
+
+
+@pytest.mark.parametrize("unsupported", UNSUPPORTED)
+def test_an_unsupported_model_is_named(unsupported):
+    model = unsupported.__new__(unsupported)  # an empty module of the class: only its type is read
+    torch.nn.Module.__init__(model)
+    with pytest.raises(TypeError, match=f"RTDetrForObjectDetection.*got {unsupported.__name__}"):
+        use_ranking_loss(model)

@@ -1,0 +1,133 @@
+"""Tiny random-init Hugging Face DETRs (nothing downloaded, no pretrained backbone), a fixed batch and a few
+optimizer steps through the model's own ``model(pixel_values=..., labels=...)``."""
+
+from __future__ import annotations
+
+from typing import Callable, Dict, List
+
+import torch
+from transformers import (
+    DeformableDetrConfig,
+    DeformableDetrForObjectDetection,
+    PreTrainedModel,
+    ResNetConfig,
+    RTDetrConfig,
+    RTDetrForObjectDetection,
+    RTDetrResNetConfig,
+    RTDetrV2Config,
+    RTDetrV2ForObjectDetection,
+)
+
+NUM_LABELS = 3
+IMAGE_SIZE = 64
+BACKBONE = {
+    "embedding_size": 8,
+    "hidden_sizes": [8, 16, 16, 16],
+    "depths": [1, 1, 1, 1],
+    "layer_type": "basic",
+    "out_features": ["stage2", "stage3", "stage4"],
+}
+RT_DETR = {
+    "backbone_config": RTDetrResNetConfig(**BACKBONE),
+    "encoder_in_channels": [16, 16, 16],
+    "encoder_hidden_dim": 16,
+    "encoder_ffn_dim": 32,
+    "encoder_attention_heads": 2,
+    "hidden_expansion": 0.5,
+    "d_model": 16,
+    "decoder_in_channels": [16, 16, 16],
+    "decoder_ffn_dim": 32,
+    "decoder_attention_heads": 2,
+    "decoder_layers": 2,
+    "decoder_n_points": 2,
+    "num_queries": 12,
+    "num_denoising": 8,
+    "num_labels": NUM_LABELS,
+}
+DEFORMABLE_DETR = {
+    "backbone_config": ResNetConfig(**BACKBONE),
+    "d_model": 32,
+    "encoder_layers": 1,
+    "decoder_layers": 2,
+    "encoder_ffn_dim": 32,
+    "decoder_ffn_dim": 32,
+    "encoder_attention_heads": 2,
+    "decoder_attention_heads": 2,
+    "num_feature_levels": 3,
+    "encoder_n_points": 2,
+    "decoder_n_points": 2,
+    "num_queries": 12,
+    "two_stage_num_proposals": 12,
+    "auxiliary_loss": True,
+    "dropout": 0.0,
+    "num_labels": NUM_LABELS,
+}
+
+TINY_DETRS: Dict[str, Callable[..., PreTrainedModel]] = {
+    "rt_detr": lambda **config: RTDetrForObjectDetection(RTDetrConfig(**{**RT_DETR, **config})),
+    "rt_detr_v2": lambda **config: RTDetrV2ForObjectDetection(RTDetrV2Config(**{**RT_DETR, **config})),
+    "deformable_detr_two_stage": lambda **config: DeformableDetrForObjectDetection(
+        DeformableDetrConfig(**{**DEFORMABLE_DETR, "two_stage": True, "with_box_refine": True, **config})
+    ),
+    "deformable_detr": lambda **config: DeformableDetrForObjectDetection(
+        DeformableDetrConfig(**{**DEFORMABLE_DETR, **config})
+    ),
+}
+
+# The suffixes of the loss keys of one forward in training: every decoder layer, the denoising queries of every
+# layer (RT-DETR), the encoder's proposals (RT-DETR's top-k, two-stage Deformable-DETR's).
+SUFFIXES = {
+    "rt_detr": {"", "_aux_0", "_dn_0", "_dn_1", "_enc"},
+    "rt_detr_v2": {"", "_aux_0", "_dn_0", "_dn_1", "_enc"},
+    "deformable_detr_two_stage": {"", "_aux_0", "_enc"},
+    "deformable_detr": {"", "_aux_0"},
+}
+
+
+def tiny_detr(name: str, seed: int = 0, **config: object) -> PreTrainedModel:
+    """The tiny model ``name`` of :data:`TINY_DETRS` (its config's entries replaced by ``config``), seeded, in
+    training mode."""
+    torch.manual_seed(seed)
+    return TINY_DETRS[name](**config).train()
+
+
+def fixed_batch(batch_size: int = 2) -> Dict[str, object]:
+    """``pixel_values`` [B, 3, 64, 64] and HF labels: two objects in the first image, one in the second (and an
+    image without objects as the third)."""
+    generator = torch.Generator().manual_seed(0)
+    boxes = [
+        torch.tensor([[0.30, 0.30, 0.25, 0.30], [0.70, 0.65, 0.30, 0.25]]),
+        torch.tensor([[0.50, 0.45, 0.40, 0.50]]),
+        torch.zeros(0, 4),
+    ]
+    classes = [torch.tensor([0, 2]), torch.tensor([1]), torch.zeros(0, dtype=torch.int64)]
+    labels: List[Dict[str, torch.Tensor]] = [
+        {"class_labels": c, "boxes": b} for c, b in zip(classes[:batch_size], boxes[:batch_size])
+    ]
+    pixel_values = torch.rand(batch_size, 3, IMAGE_SIZE, IMAGE_SIZE, generator=generator)
+    return {"pixel_values": pixel_values, "labels": labels}
+
+
+def seeded_forward(model: PreTrainedModel, batch: Dict[str, object], seed: int = 0):
+    """``model(**batch)`` with the random draws of the forward (RT-DETR's denoising noise) seeded."""
+    torch.manual_seed(seed)
+    return model(**batch)
+
+
+def train_steps(model: PreTrainedModel, batch: Dict[str, object], steps: int, lr: float = 1e-2) -> List[float]:
+    """The loss of ``batch`` before each of ``steps`` Adam steps and after the last one (``steps + 1`` values),
+    every forward seeded alike; asserts finite losses and gradients at every step."""
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    losses = []
+    for _ in range(steps):
+        outputs = seeded_forward(model, batch)
+        assert torch.isfinite(outputs.loss), outputs.loss_dict
+        optimizer.zero_grad()
+        outputs.loss.backward()
+        gradients = [p.grad for p in model.parameters() if p.grad is not None]
+        assert gradients and all(torch.isfinite(g).all() for g in gradients)
+        optimizer.step()
+        losses.append(float(outputs.loss.detach()))
+    with torch.no_grad():
+        losses.append(float(seeded_forward(model, batch).loss))
+    return losses
