@@ -37,6 +37,7 @@ from ..data.image_errors import ImageErrorGuard
 from ..data.samplers import ResumableBatchSampler, build_resumable_train_loader
 from ..data.user_datasets import register_user_datasets
 from ..evaluation import COCOLRPEvaluator
+from .collapse_check import CollapseCheckHook
 from .self_balance import SelfBalanceHook, find_ranking_losses
 from .trainer import DataPositionHook
 from .writers import alrp_writers
@@ -225,7 +226,8 @@ def _self_balance_period(cfg: DictConfig, num_images: int) -> int:
 def build_lazy_trainer(cfg: DictConfig) -> Tuple[SimpleTrainer, AlrpCheckpointer]:
     """The trainer of a LazyConfig with its hooks, as detectron2's ``lazyconfig_train_net.py`` builds it, plus the
     project's: :class:`DataPositionHook` first (with the resumable loader), :class:`SelfBalanceHook` before the
-    checkpointer when a head has a ranking loss, an :class:`AlrpCheckpointer` and :func:`alrp_writers`."""
+    checkpointer when a head has a ranking loss, then :class:`CollapseCheckHook`, an :class:`AlrpCheckpointer` and
+    :func:`alrp_writers`."""
     model = instantiate(cfg.model)
     logger.info("Model:\n%s", model)
     model.to(cfg.train.device)
@@ -252,6 +254,7 @@ def build_lazy_trainer(cfg: DictConfig) -> Tuple[SimpleTrainer, AlrpCheckpointer
     if losses:
         self_balanced = any(loss.self_balanced for loss in losses.values())
         hook_list.append(SelfBalanceHook(_self_balance_period(cfg, num_images) if self_balanced else None))
+    hook_list.append(CollapseCheckHook(lazy=True))
     main = comm.is_main_process()
     hook_list += [
         hooks.PeriodicCheckpointer(checkpointer, **cfg.train.checkpointer) if main else None,

@@ -25,6 +25,7 @@ from ..data.samplers import ResumableBatchSampler, build_resumable_train_loader,
 from ..data.training_filter import training_dataset_dicts
 from ..data.worker_lifetime import workers_die_with_parent
 from ..evaluation import COCOLRPEvaluator
+from .collapse_check import CollapseCheckHook
 from .self_balance import SelfBalanceHook, find_ranking_losses, self_balance_period
 from .writers import alrp_writers
 
@@ -173,8 +174,8 @@ class AlrpTrainer(DefaultTrainer):
 
     def build_hooks(self) -> List[hooks.HookBase]:
         """DefaultTrainer's hooks plus :class:`SelfBalanceHook` when a head has a ranking loss (it
-        logs the losses' statistics and self-balances), placed before the checkpointer so that
-        checkpoints include the finished step, and first
+        logs the losses' statistics and self-balances) and :class:`CollapseCheckHook` (a run that stops learning
+        is reported), placed before the checkpointer so that checkpoints include the finished step, and first
         :class:`DataPositionHook` with the resumable loader. The writers run every
         SOLVER.LOG_PERIOD iterations. The checkpointer (built before the hooks, which save with it)
         becomes an :class:`AlrpCheckpointer`: weights that do not fit the model are an error unless
@@ -194,11 +195,12 @@ class AlrpTrainer(DefaultTrainer):
         sampler = getattr(self._trainer.data_loader, "batch_sampler", None)
         if isinstance(sampler, ResumableBatchSampler):
             hook_list.insert(0, DataPositionHook(sampler))
+        position = next(
+            i for i, h in enumerate(hook_list) if isinstance(h, (hooks.PeriodicCheckpointer, hooks.EvalHook))
+        )
+        hook_list.insert(position, CollapseCheckHook())
         losses = find_ranking_losses(self.model)
         if losses:
             period = self_balance_period(self.cfg) if any(loss.self_balanced for loss in losses.values()) else None
-            position = next(
-                i for i, h in enumerate(hook_list) if isinstance(h, (hooks.PeriodicCheckpointer, hooks.EvalHook))
-            )
             hook_list.insert(position, SelfBalanceHook(period))
         return hook_list
