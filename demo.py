@@ -54,6 +54,7 @@ from alrp_d2.data.image_errors import high_bit_depth_error
 from alrp_d2.data.user_datasets import add_dataset_argument, register_user_datasets
 from alrp_d2.evaluation import AlrpPredictor, LRPThresholdPredictor
 from alrp_d2.safe_pickle import UnsafePickleError
+from alrp_d2.user_modules import add_import_argument, import_user_modules
 
 __all__ = [
     "IMAGE_EXTENSIONS",
@@ -244,6 +245,7 @@ def get_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--scale", type=float, default=1.0, help="size of the drawn images relative to the inputs")
     add_dataset_argument(parser)
+    add_import_argument(parser)
     parser.add_argument(
         "--allow-unsafe-config",
         action="store_true",
@@ -267,12 +269,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     setup_logger()
     setup_logger(name="alrp_d2")
     confidence = 0.5 if args.confidence_threshold is None else args.confidence_threshold
-    try:  # a config, --dataset or dataset classes that cannot be used
+    try:  # a module, config, --dataset or dataset classes that cannot be used
+        import_user_modules(args.imports)
         cfg = setup_cfg(args.config_file, args.opts, allow_unsafe=args.allow_unsafe_config)
         cfg.freeze()
         register_user_datasets(args.dataset)  # for the class names only: not evaluated
         check_dataset_classes(cfg)
-    except (FileNotFoundError, ValueError) as error:
+    except (FileNotFoundError, ImportError, ValueError) as error:
         logger.error("%s", error)
         return 2
     try:

@@ -9,6 +9,8 @@
         DATASETS.TRAIN '("my_train",)' DATASETS.TEST '("my_val",)' MODEL.RETINANET.NUM_CLASSES 3
 
 On a machine without GPUs, ``--num-gpus N`` runs N CPU workers that communicate with gloo.
+``--import MODULE`` (repeatable: a module name or a .py file) imports a module of yours, e.g. one that registers a
+ranking criterion, in this process and in every worker.
 ``--dataset NAME ANNOTATIONS_JSON IMAGE_DIR`` (repeatable) registers a COCO-format dataset after
 validating its JSON; the classes of every dataset of DATASETS.TRAIN / TEST must be the model's and
 the same for all. ``--resume`` continues the run of OUTPUT_DIR exactly (docs/getting_started.md, "Resume").
@@ -43,6 +45,7 @@ from alrp_d2.data.user_datasets import add_dataset_argument, register_user_datas
 from alrp_d2.engine import AlrpTrainer
 from alrp_d2.engine.lazy_trainer import check_lazy_launch, is_lazy_config, lazy_main
 from alrp_d2.engine.machine_agreement import check_machines_agree, run_description
+from alrp_d2.user_modules import add_import_argument, import_user_modules
 
 #: --dist-timeout's default: a distributed run whose machine never starts, or whose rank dies or stops, ends after
 #: this many seconds instead of detectron2's 30 minutes. Longer than any work of one rank while the others wait
@@ -77,6 +80,7 @@ def check_eval_only_weights(cfg: CfgNode, args: argparse.Namespace) -> None:
 
 
 def main(args: argparse.Namespace):
+    import_user_modules(getattr(args, "imports", None) or [])
     if is_lazy_config(args.config_file):
         return lazy_main(args)
     cfg = setup_cfg(args.config_file, args.opts, allow_unsafe=getattr(args, "allow_unsafe_config", False))
@@ -103,9 +107,11 @@ def main(args: argparse.Namespace):
 
 
 def get_parser() -> argparse.ArgumentParser:
-    """detectron2's training arguments plus ``--dataset``, ``--allow-unsafe-config`` and ``--dist-timeout``."""
+    """detectron2's training arguments plus ``--dataset``, ``--import``, ``--allow-unsafe-config`` and
+    ``--dist-timeout``."""
     parser = default_argument_parser(epilog=__doc__)
     add_dataset_argument(parser)
+    add_import_argument(parser)
     parser.add_argument(
         "--allow-unsafe-config",
         action="store_true",
@@ -125,6 +131,7 @@ def get_parser() -> argparse.ArgumentParser:
 if __name__ == "__main__":
     arguments = get_parser().parse_args()
     print("Command Line Args:", arguments)
+    import_user_modules(arguments.imports)
     if is_lazy_config(arguments.config_file):
         check_lazy_launch(arguments)
     else:

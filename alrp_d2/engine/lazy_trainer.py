@@ -195,8 +195,8 @@ def build_lazy_evaluator(cfg: DictConfig, model: nn.Module) -> Any:
 
 def lazy_test(cfg: DictConfig, model: nn.Module) -> Dict[str, Any]:
     """``dataloader.evaluator`` on ``dataloader.test`` (nothing without an evaluator, or with
-    ``dataloader.evaluator=None``), after the class checks."""
-    if cfg.dataloader.get("evaluator") is None:
+    ``dataloader.evaluator=None`` or ``=null``), after the class checks."""
+    if cfg.dataloader.get("evaluator") in (None, "None"):  # detectron2's key=value override keeps "None" a string
         return {}
     key, expected = lazy_num_classes(cfg)
     check_classes({"dataloader.test": lazy_dataset_names(cfg, "test")}, key, expected, assign="=")
