@@ -25,6 +25,7 @@ from ..data.samplers import ResumableBatchSampler, build_resumable_train_loader,
 from ..data.training_filter import training_dataset_dicts
 from ..data.worker_lifetime import workers_die_with_parent
 from ..evaluation import COCOLRPEvaluator
+from .buffer_sync import broadcast_buffers_from_main
 from .collapse_check import CollapseCheckHook
 from .self_balance import SelfBalanceHook, find_ranking_losses, self_balance_period
 from .writers import alrp_writers
@@ -148,9 +149,11 @@ class AlrpTrainer(DefaultTrainer):
         """detectron2's ``DefaultTrainer.test`` after checking the classes of the test datasets
         (:func:`check_dataset_classes`) and, for a mask model, their segmentations; the default
         evaluators record the evaluated model (architecture and :func:`weights_fingerprint`) in
-        their threshold files."""
+        their threshold files. Every worker first takes the main process's buffers
+        (:func:`broadcast_buffers_from_main`): the metrics are those of the model the checkpoint saves."""
         check_dataset_classes(cfg, include_train=False)
         check_dataset_segmentations(cfg)
+        broadcast_buffers_from_main(model)
         if evaluators is None:
             model_record = {"architecture": cfg.MODEL.META_ARCHITECTURE, "weights_sha256": weights_fingerprint(model)}
             evaluators = [cls.build_evaluator(cfg, name, model_record=model_record) for name in cfg.DATASETS.TEST]
