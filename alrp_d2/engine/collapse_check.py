@@ -5,7 +5,7 @@ of :class:`~alrp_d2.engine.SelfBalanceHook`) and reports a collapse within ``pat
 from __future__ import annotations
 
 import logging
-from typing import Dict, Iterable, List, Tuple
+from typing import Dict, Iterable, List, Set, Tuple
 
 from detectron2.engine import HookBase
 
@@ -62,7 +62,8 @@ class CollapseCheckHook(HookBase):
       :data:`COUNT_KEYS` at 0 (no positive anchor, no foreground or no background proposal), for ``patience``
       iterations in a row: one warning until it recovers, and ``collapse/<key>`` = 1 in the metrics while it lasts.
 
-    It must come after :class:`SelfBalanceHook`, whose ranking statistics it reads.
+    It must come after :class:`SelfBalanceHook`, whose ranking statistics it reads, and before the checkpointer,
+    which saves its counts (:meth:`state_dict`).
     """
 
     def __init__(self, patience: int = 2, lazy: bool = False):
@@ -71,7 +72,7 @@ class CollapseCheckHook(HookBase):
         self.patience = patience
         self.lazy = lazy
         self._zero_runs: Dict[str, int] = {}  # watched key -> iterations in a row at exactly 0
-        self._warned: set = set()
+        self._warned: Set[str] = set()
 
     def after_step(self) -> None:
         storage = self.trainer.storage
@@ -104,6 +105,14 @@ class CollapseCheckHook(HookBase):
                 self.patience,
                 collapse_advice(self.lazy),
             )
+
+    def state_dict(self) -> Dict[str, Dict]:
+        """The runs of zeros so far, saved in the trainer's checkpoints: a resumed run reports as the uninterrupted."""
+        return {"zero_runs": dict(self._zero_runs), "warned": {key: True for key in self._warned}}
+
+    def load_state_dict(self, state_dict: Dict[str, Dict]) -> None:
+        self._zero_runs = dict(state_dict["zero_runs"])
+        self._warned = set(state_dict["warned"])
 
     @staticmethod
     def _watched(step: Dict[str, float]) -> Iterable[str]:

@@ -84,3 +84,13 @@ def test_switched_rs_mask_rcnn_from_random_init_stops_within_two_iterations_of_i
     with pytest.raises(TrainingCollapsedError, match="up to iteration 3") as error:
         run_lazy_config(args, cfg)
     assert "model.backbone.bottom_up.stem.norm" in str(error.value)
+
+
+def test_the_counts_are_saved_and_restored_for_an_exact_resume():
+    stalled = learning(**{"sb/rpn/cls": 0.0})
+    first = CollapseCheckHook()
+    run_steps(first, [stalled])
+    resumed = CollapseCheckHook()
+    resumed.load_state_dict(first.state_dict())
+    storage = run_steps(resumed, [stalled])
+    assert [iteration for _, iteration in storage.history("collapse/sb/rpn/cls").values()] == [0]

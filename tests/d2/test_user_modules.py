@@ -24,7 +24,7 @@ def test_a_criterion_of_the_users_module_trains_with_two_workers_by_import(tmp_p
     output_dir = tmp_path / "output"
     command = [
         *(sys.executable, str(REPO_ROOT / "train_net.py"), "--config-file", QUICKSTART),
-        *("--import", "my_criterion", "--num-gpus", "2", *datasets),
+        *("--import", "my_criterion", "--num-gpus", "2", "--dist-url", "auto", *datasets),
         *("MODEL.ALRP.CRITERION", "CrossEntropyCriterion", "DATASETS.TRAIN", '("imp_train",)', "DATASETS.TEST", "()"),
         *("SOLVER.IMS_PER_BATCH", "4", "SOLVER.MAX_ITER", "2", "SOLVER.STEPS", "()", "SOLVER.LOG_PERIOD", "1"),
         *("MODEL.RESNETS.DEPTH", "18", "MODEL.FPN.OUT_CHANNELS", "32", "OUTPUT_DIR", str(output_dir)),
