@@ -47,6 +47,7 @@ from detectron2.config import CfgNode
 from detectron2.engine import default_argument_parser, default_setup, launch
 from detectron2.evaluation import verify_results
 from detectron2.utils import comm
+from detectron2.utils.logger import setup_logger
 
 from alrp_d2.checkpoint import LAST_CHECKPOINT, AlrpCheckpointer, check_weights_classes
 from alrp_d2.config import setup_cfg
@@ -92,6 +93,8 @@ def check_eval_only_weights(cfg: CfgNode, args: argparse.Namespace) -> None:
 
 
 def main(args: argparse.Namespace):
+    if comm.get_world_size() > 1:  # a spawned worker: alrp_d2's log records on rank 0's stdout, as the launcher's
+        setup_logger(distributed_rank=comm.get_rank(), name="alrp_d2")
     import_user_modules(getattr(args, "imports", None) or [])
     if is_lazy_config(args.config_file):
         return lazy_main(args)
@@ -143,6 +146,7 @@ def get_parser() -> argparse.ArgumentParser:
 if __name__ == "__main__":
     arguments = get_parser().parse_args()
     print("Command Line Args:", arguments)
+    setup_logger(name="alrp_d2")  # e.g. while the shapes dataset is generated, before the workers start
     import_user_modules(arguments.imports)
     if is_lazy_config(arguments.config_file):
         check_lazy_launch(arguments)

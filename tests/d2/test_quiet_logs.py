@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from detectron2.engine import DefaultPredictor
 from detectron2.modeling import build_model
 
 from alrp_d2.checkpoint import AlrpCheckpointer
@@ -43,16 +44,25 @@ def test_the_predictor_logs_no_false_from_scratch_line(tmp_path):
     cfg.DATASETS.TEST = ()
     AlrpCheckpointer(build_model(cfg), save_dir=str(tmp_path)).save("weights")
     cfg.MODEL.WEIGHTS = str(tmp_path / "weights.pth")
+    # detectron2's predictor logs the line when MODEL.WEIGHTS is empty, as AlrpPredictor's parent is built
+    assert any("No checkpoint found" in m for m in checkpoint_log(lambda: DefaultPredictor(tiny_retinanet_cfg())))
+    messages = checkpoint_log(lambda: AlrpPredictor(cfg))
+    assert not [m for m in messages if "No checkpoint found" in m], messages
+    assert [m for m in messages if "weights.pth" in m], messages  # the real weights are logged
+
+
+def checkpoint_log(build) -> list:
+    """The messages of fvcore's checkpointer logger while ``build()`` runs."""
     records, log = Records(), logging.getLogger("fvcore.common.checkpoint")
     log.addHandler(records)
-    level, log.level = log.level, logging.INFO
+    level = log.level
+    log.setLevel(logging.INFO)
     try:
-        AlrpPredictor(cfg)
+        build()
     finally:
         log.removeHandler(records)
         log.setLevel(level)
-    assert not [m for m in records.messages if "No checkpoint found" in m], records.messages
-    assert [m for m in records.messages if "weights.pth" in m], records.messages  # the real weights are logged
+    return records.messages
 
 
 def test_generating_the_shapes_dataset_is_announced(tmp_path, caplog):
