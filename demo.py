@@ -50,6 +50,7 @@ for _message, _category, _module in (
     warnings.filterwarnings("ignore", message=_message, category=_category, module=_module)
 
 import numpy as np
+import torch
 import tqdm
 from detectron2.config import CfgNode
 from detectron2.data import Metadata, MetadataCatalog
@@ -169,8 +170,25 @@ def build_predictor(cfg: CfgNode, thresholds_path: Optional[str] = None, confide
     return lambda image: lrp_predictor(image)["instances"].to("cpu")
 
 
-def draw_detections(image_bgr: np.ndarray, instances: Instances, metadata: Metadata, scale: float = 1.0) -> np.ndarray:
-    """The RGB image with the boxes, class names and scores of ``instances`` drawn on it."""
+def top_class_per_box(instances: Instances) -> Instances:
+    """The detection of the highest score of every box: a dense detector gives one detection per (box, class)
+    above the threshold, the same box with several labels that would hide each other. Sorted by score."""
+    if len(instances) == 0:
+        return instances
+    order = torch.argsort(instances.scores, descending=True, stable=True)
+    _, box_of = torch.unique(instances.pred_boxes.tensor[order], dim=0, return_inverse=True)
+    first = torch.full((int(box_of.max()) + 1,), len(order), dtype=torch.long)
+    first.scatter_reduce_(0, box_of, torch.arange(len(order)), reduce="amin")
+    return instances[order[first.sort().values]]
+
+
+def draw_detections(
+    image_bgr: np.ndarray, instances: Instances, metadata: Metadata, scale: float = 1.0, all_classes: bool = False
+) -> np.ndarray:
+    """The RGB image with the boxes, class names and scores of ``instances`` drawn on it: the top class of every box
+    (:func:`top_class_per_box`), or with ``all_classes`` every detection."""
+    if not all_classes:
+        instances = top_class_per_box(instances)
     visualizer = Visualizer(image_bgr[:, :, ::-1], metadata, scale=scale)
     return visualizer.draw_instance_predictions(instances).get_image()
 
@@ -186,7 +204,9 @@ def _output_path(path: str, output_dir: str, written: Dict[str, str]) -> str:
     return target
 
 
-def _draw_one(path: str, target: str, predict: Predict, metadata: Metadata, scale: float) -> None:
+def _draw_one(
+    path: str, target: str, predict: Predict, metadata: Metadata, scale: float, all_classes: bool = False
+) -> None:
     bit_depth = high_bit_depth_error(path)
     if bit_depth is not None:
         raise _InputError(f"cannot read the image: {bit_depth}")
@@ -196,7 +216,7 @@ def _draw_one(path: str, target: str, predict: Predict, metadata: Metadata, scal
         raise _InputError("not an image file (or in a format PIL cannot read)") from error
     except Exception as error:  # PIL raises OSError, ValueError, SyntaxError, struct.error, ... on damaged files
         raise _InputError(f"cannot read the image ({type(error).__name__}: {error})") from error
-    drawing = draw_detections(image, predict(image), metadata, scale)
+    drawing = draw_detections(image, predict(image), metadata, scale, all_classes)
     try:
         Image.fromarray(drawing).save(target)
     except (OSError, ValueError) as error:
@@ -210,11 +230,13 @@ def run_demo(
     thresholds_path: Optional[str] = None,
     confidence: float = 0.5,
     scale: float = 1.0,
+    all_classes: bool = False,
 ) -> Tuple[List[str], List[Failure]]:
     """Draws the detections of ``cfg``'s model on every image of ``inputs`` (files, directories,
     glob patterns) into ``output_dir`` under the same file names.
 
-    ``confidence`` is the score threshold when ``thresholds_path`` is None. Returns the written
+    ``confidence`` is the score threshold when ``thresholds_path`` is None; every box is drawn with its top class
+    unless ``all_classes``. Returns the written
     paths and the (input, reason) of every input that was missing or could not be read or written;
     those are logged and skipped. Raises :class:`ThresholdError`, before building the model, for an
     unusable threshold file. Without any input naming an image it returns before building the model.
@@ -231,7 +253,7 @@ def run_demo(
     for path in tqdm.tqdm(paths, desc="demo", unit="image"):
         try:
             target = _output_path(path, output_dir, written)
-            _draw_one(path, target, predict, metadata, scale)
+            _draw_one(path, target, predict, metadata, scale, all_classes)
         except _InputError as error:
             logger.error("%s: %s", path, error)
             failed.append((path, str(error)))
@@ -256,6 +278,11 @@ def get_parser() -> argparse.ArgumentParser:
         help="minimum score of a drawn detection without --lrp-thresholds (default 0.5)",
     )
     parser.add_argument("--scale", type=float, default=1.0, help="size of the drawn images relative to the inputs")
+    parser.add_argument(
+        "--all-classes",
+        action="store_true",
+        help="draw every detection; by default a box found for several classes is drawn once, with its top class",
+    )
     add_dataset_argument(parser)
     add_import_argument(parser)
     parser.add_argument(
@@ -291,7 +318,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         logger.error("%s", error)
         return 2
     try:
-        written, failed = run_demo(cfg, args.input, args.output, args.lrp_thresholds, confidence, args.scale)
+        written, failed = run_demo(
+            cfg, args.input, args.output, args.lrp_thresholds, confidence, args.scale, args.all_classes
+        )
     except (
         ThresholdError,
         IncompatibleWeightsError,
