@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# ruff: noqa: E402  (the warning filters below come before detectron2 is imported)
 """Draw the detections of a trained aLRP model on images (boxes, class names and scores).
 
     python demo.py --config-file configs/quickstart/alrp_retinanet_shapes.yaml \\
@@ -37,9 +38,21 @@ import glob
 import logging
 import os
 import sys
+import warnings
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+# Every command would print third-party deprecation warnings with this torch: of the @torch.jit.script decorators that
+# detectron2 applies on import, of its torch.meshgrid call and of pkg_resources. Ignored here as setup.cfg's pytest
+# filters do, each by its message, category and module; any other warning shows.
+for _message, _category, _module in (
+    (r"`torch\.jit\.script` is deprecated", FutureWarning, r"torch\.jit\._script"),
+    (r"torch\.meshgrid. in an upcoming release", UserWarning, r"torch\.functional"),
+    (r"pkg_resources is deprecated as an API", UserWarning, r"detectron2\.config\.lazy"),
+):
+    warnings.filterwarnings("ignore", message=_message, category=_category, module=_module)
+
 import numpy as np
+import torch
 import tqdm
 from detectron2.config import CfgNode
 from detectron2.data import Metadata, MetadataCatalog
@@ -58,6 +71,7 @@ from alrp_d2.data.image_size import ImageSizeError
 from alrp_d2.data.user_datasets import add_dataset_argument, register_user_datasets
 from alrp_d2.evaluation import AlrpPredictor, LRPThresholdPredictor
 from alrp_d2.safe_pickle import UnsafePickleError
+from alrp_d2.user_modules import add_import_argument, import_user_modules
 
 __all__ = [
     "IMAGE_EXTENSIONS",
@@ -160,8 +174,25 @@ def build_predictor(cfg: CfgNode, thresholds_path: Optional[str] = None, confide
     return lambda image: lrp_predictor(image)["instances"].to("cpu")
 
 
-def draw_detections(image_bgr: np.ndarray, instances: Instances, metadata: Metadata, scale: float = 1.0) -> np.ndarray:
-    """The RGB image with the boxes, class names and scores of ``instances`` drawn on it."""
+def top_class_per_box(instances: Instances) -> Instances:
+    """The detection of the highest score of every box: a dense detector gives one detection per (box, class)
+    above the threshold, the same box with several labels that would hide each other. Sorted by score."""
+    if len(instances) == 0:
+        return instances
+    order = torch.argsort(instances.scores, descending=True, stable=True)
+    _, box_of = torch.unique(instances.pred_boxes.tensor[order], dim=0, return_inverse=True)
+    first = torch.full((int(box_of.max()) + 1,), len(order), dtype=torch.long)
+    first.scatter_reduce_(0, box_of, torch.arange(len(order)), reduce="amin")
+    return instances[order[first.sort().values]]
+
+
+def draw_detections(
+    image_bgr: np.ndarray, instances: Instances, metadata: Metadata, scale: float = 1.0, all_classes: bool = False
+) -> np.ndarray:
+    """The RGB image with the boxes, class names and scores of ``instances`` drawn on it: the top class of every box
+    (:func:`top_class_per_box`), or with ``all_classes`` every detection."""
+    if not all_classes:
+        instances = top_class_per_box(instances)
     visualizer = Visualizer(image_bgr[:, :, ::-1], metadata, scale=scale)
     return visualizer.draw_instance_predictions(instances).get_image()
 
@@ -177,7 +208,9 @@ def _output_path(path: str, output_dir: str, written: Dict[str, str]) -> str:
     return target
 
 
-def _draw_one(path: str, target: str, predict: Predict, metadata: Metadata, scale: float) -> None:
+def _draw_one(
+    path: str, target: str, predict: Predict, metadata: Metadata, scale: float, all_classes: bool = False
+) -> None:
     bit_depth = high_bit_depth_error(path)
     if bit_depth is not None:
         raise _InputError(f"cannot read the image: {bit_depth}")
@@ -191,7 +224,7 @@ def _draw_one(path: str, target: str, predict: Predict, metadata: Metadata, scal
         detections = predict(image)
     except ImageSizeError as error:
         raise _InputError(str(error)) from error
-    drawing = draw_detections(image, detections, metadata, scale)
+    drawing = draw_detections(image, detections, metadata, scale, all_classes)
     try:
         Image.fromarray(drawing).save(target)
     except (OSError, ValueError) as error:
@@ -205,11 +238,13 @@ def run_demo(
     thresholds_path: Optional[str] = None,
     confidence: float = 0.5,
     scale: float = 1.0,
+    all_classes: bool = False,
 ) -> Tuple[List[str], List[Failure]]:
     """Draws the detections of ``cfg``'s model on every image of ``inputs`` (files, directories,
     glob patterns) into ``output_dir`` under the same file names.
 
-    ``confidence`` is the score threshold when ``thresholds_path`` is None. Returns the written
+    ``confidence`` is the score threshold when ``thresholds_path`` is None; every box is drawn with its top class
+    unless ``all_classes``. Returns the written
     paths and the (input, reason) of every input that was missing or could not be read or written;
     those are logged and skipped. Raises :class:`ThresholdError`, before building the model, for an
     unusable threshold file. Without any input naming an image it returns before building the model.
@@ -226,7 +261,7 @@ def run_demo(
     for path in tqdm.tqdm(paths, desc="demo", unit="image"):
         try:
             target = _output_path(path, output_dir, written)
-            _draw_one(path, target, predict, metadata, scale)
+            _draw_one(path, target, predict, metadata, scale, all_classes)
         except _InputError as error:
             logger.error("%s: %s", path, error)
             failed.append((path, str(error)))
@@ -253,7 +288,13 @@ def get_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--scale", type=drawing_scale, default=1.0, help="size of the drawn images relative to the inputs, in (0, 16]"
     )
+    parser.add_argument(
+        "--all-classes",
+        action="store_true",
+        help="draw every detection; by default a box found for several classes is drawn once, with its top class",
+    )
     add_dataset_argument(parser)
+    add_import_argument(parser)
     parser.add_argument(
         "--allow-unsafe-config",
         action="store_true",
@@ -277,16 +318,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     setup_logger()
     setup_logger(name="alrp_d2")
     confidence = 0.5 if args.confidence_threshold is None else args.confidence_threshold
-    try:  # a config, --dataset or dataset classes that cannot be used
+    try:  # a module, config, --dataset or dataset classes that cannot be used
+        import_user_modules(args.imports)
         cfg = setup_cfg(args.config_file, args.opts, allow_unsafe=args.allow_unsafe_config)
         cfg.freeze()
         register_user_datasets(args.dataset)  # for the class names only: not evaluated
         check_dataset_classes(cfg, include_train=False, options="--opts (the number of classes of the weights)")
-    except (FileNotFoundError, ValueError) as error:
+    except (FileNotFoundError, ImportError, ValueError) as error:
         logger.error("%s", error)
         return 2
     try:
-        written, failed = run_demo(cfg, args.input, args.output, args.lrp_thresholds, confidence, args.scale)
+        written, failed = run_demo(
+            cfg, args.input, args.output, args.lrp_thresholds, confidence, args.scale, args.all_classes
+        )
     except (
         ThresholdError,
         IncompatibleWeightsError,

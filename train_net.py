@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# ruff: noqa: E402  (the warning filters below come before detectron2 is imported)
 """Train and evaluate detectors with aLRP Loss (detectron2 project script).
 
     python train_net.py --config-file configs/alrp_R50_500.yaml --num-gpus 4
@@ -9,6 +10,8 @@
         DATASETS.TRAIN '("my_train",)' DATASETS.TEST '("my_val",)' MODEL.RETINANET.NUM_CLASSES 3
 
 On a machine without GPUs, ``--num-gpus N`` runs N CPU workers that communicate with gloo.
+``--import MODULE`` (repeatable: a module name or a .py file) imports a module of yours, e.g. one that registers a
+ranking criterion, in this process and in every worker.
 ``--dataset NAME ANNOTATIONS_JSON IMAGE_DIR`` (repeatable) registers a COCO-format dataset after
 validating its JSON; the classes of every dataset of DATASETS.TRAIN / TEST must be the model's and
 the same for all. ``--resume`` continues the run of OUTPUT_DIR exactly (docs/getting_started.md, "Resume").
@@ -27,12 +30,24 @@ from __future__ import annotations
 
 import argparse
 import os
+import warnings
 from datetime import timedelta
+
+# Every command would print third-party deprecation warnings with this torch: of the @torch.jit.script decorators that
+# detectron2 applies on import, of its torch.meshgrid call and of pkg_resources. Ignored here as setup.cfg's pytest
+# filters do, each by its message, category and module; any other warning shows.
+for _message, _category, _module in (
+    (r"`torch\.jit\.script` is deprecated", FutureWarning, r"torch\.jit\._script"),
+    (r"torch\.meshgrid. in an upcoming release", UserWarning, r"torch\.functional"),
+    (r"pkg_resources is deprecated as an API", UserWarning, r"detectron2\.config\.lazy"),
+):
+    warnings.filterwarnings("ignore", message=_message, category=_category, module=_module)
 
 from detectron2.config import CfgNode
 from detectron2.engine import default_argument_parser, default_setup, launch
 from detectron2.evaluation import verify_results
 from detectron2.utils import comm
+from detectron2.utils.logger import setup_logger
 
 from alrp_d2.argument_types import dist_timeout_seconds
 from alrp_d2.checkpoint import LAST_CHECKPOINT, AlrpCheckpointer, check_weights_classes
@@ -44,6 +59,7 @@ from alrp_d2.data.user_datasets import add_dataset_argument, register_user_datas
 from alrp_d2.engine import AlrpTrainer
 from alrp_d2.engine.lazy_trainer import check_lazy_launch, is_lazy_config, lazy_main
 from alrp_d2.engine.machine_agreement import check_machines_agree, run_description
+from alrp_d2.user_modules import add_import_argument, import_user_modules
 
 #: --dist-timeout's default: a distributed run whose machine never starts, or whose rank dies or stops, ends after
 #: this many seconds instead of detectron2's 30 minutes. Longer than any work of one rank while the others wait
@@ -78,6 +94,9 @@ def check_eval_only_weights(cfg: CfgNode, args: argparse.Namespace) -> None:
 
 
 def main(args: argparse.Namespace):
+    if comm.get_world_size() > 1:  # a spawned worker: alrp_d2's log records on rank 0's stdout, as the launcher's
+        setup_logger(distributed_rank=comm.get_rank(), name="alrp_d2")
+    import_user_modules(getattr(args, "imports", None) or [])
     if is_lazy_config(args.config_file):
         return lazy_main(args)
     cfg = setup_cfg(args.config_file, args.opts, allow_unsafe=getattr(args, "allow_unsafe_config", False))
@@ -104,9 +123,11 @@ def main(args: argparse.Namespace):
 
 
 def get_parser() -> argparse.ArgumentParser:
-    """detectron2's training arguments plus ``--dataset``, ``--allow-unsafe-config`` and ``--dist-timeout``."""
+    """detectron2's training arguments plus ``--dataset``, ``--import``, ``--allow-unsafe-config`` and
+    ``--dist-timeout``."""
     parser = default_argument_parser(epilog=__doc__)
     add_dataset_argument(parser)
+    add_import_argument(parser)
     parser.add_argument(
         "--allow-unsafe-config",
         action="store_true",
@@ -127,6 +148,8 @@ def get_parser() -> argparse.ArgumentParser:
 if __name__ == "__main__":
     arguments = get_parser().parse_args()
     print("Command Line Args:", arguments)
+    setup_logger(name="alrp_d2")  # e.g. while the shapes dataset is generated, before the workers start
+    import_user_modules(arguments.imports)
     if is_lazy_config(arguments.config_file):
         check_lazy_launch(arguments)
     else:

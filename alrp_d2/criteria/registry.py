@@ -25,7 +25,13 @@ The registered class is built as ``cls(**cls.from_config(cfg, keys))`` (:class:`
 def ranking_criterion_class(name: str, key: str = "MODEL.ALRP.CRITERION") -> Type[RankingCriterion]:
     """The criterion class registered as ``name``; a ValueError naming ``key`` and the registered names otherwise."""
     registered = tuple(sorted(name for name, _ in RANKING_CRITERION_REGISTRY))
-    require_config(name in registered, key, name, f"must be a registered ranking criterion, one of {registered}")
+    require_config(
+        name in registered,
+        key,
+        name,
+        f"must be a registered ranking criterion, one of {registered} (a criterion of your own module is registered "
+        "when the module is imported: train_net.py --import MODULE imports it in every process)",
+    )
     return RANKING_CRITERION_REGISTRY.get(name)
 
 

@@ -313,6 +313,11 @@ def prepare_shapes_dataset(
             return target
         logger.info("The shapes dataset at %s has no instance masks: regenerating it", target)
     os.makedirs(root, exist_ok=True)
+    logger.info(
+        "Generating the synthetic shapes dataset (%s images) into %s: once, about 10 s for the full set",
+        " + ".join(f"{count} {split}" for split, count in num_images.items()),
+        target,
+    )
     staging = tempfile.mkdtemp(prefix=".shapes-tmp-", dir=root)
     try:
         os.makedirs(os.path.join(staging, "annotations"))

@@ -38,6 +38,8 @@ from ..data.image_errors import ImageErrorGuard
 from ..data.samplers import ResumableBatchSampler, build_resumable_train_loader
 from ..data.user_datasets import register_user_datasets
 from ..evaluation import COCOLRPEvaluator
+from .buffer_sync import broadcast_buffers_from_main
+from .collapse_check import CollapseCheckHook
 from .lazy_checks import check_lazy_machines_agree, check_lazy_segmentations
 from .lazy_overrides import apply_checked_overrides
 from .self_balance import SelfBalanceHook, find_ranking_losses
@@ -49,6 +51,7 @@ __all__ = [
     "is_lazy_config",
     "lazy_dataset_names",
     "check_lazy_launch",
+    "follow_the_machine",
     "lazy_main",
     "lazy_num_classes",
     "lazy_test",
@@ -147,6 +150,15 @@ def prepare_lazy_datasets(cfg: DictConfig, args: argparse.Namespace) -> None:
     check_lazy_segmentations(cfg, train + test)
 
 
+def follow_the_machine(cfg: DictConfig) -> None:
+    """``train.device`` "cuda" (detectron2's ``common/train.py`` default) on a machine without a CUDA device becomes
+    "cpu", with a log line: detectron2's recipes run on a CPU as they are."""
+    device = cfg.train.get("device", "cuda")
+    if torch.device(device).type == "cuda" and not torch.cuda.is_available():
+        logger.info("train.device=%r but this machine has no CUDA device: the model runs on the CPU", device)
+        cfg.train.device = "cpu"
+
+
 def check_lazy_eval_only_weights(cfg: DictConfig, args: argparse.Namespace) -> None:
     """``--eval-only`` needs train.init_checkpoint, or ``--resume`` with a checkpoint in train.output_dir."""
     if not args.eval_only or cfg.train.init_checkpoint:
@@ -210,9 +222,11 @@ def guarded_test_loader(cfg: DictConfig) -> DictConfig:
 
 def lazy_test(cfg: DictConfig, model: nn.Module) -> Dict[str, Any]:
     """``dataloader.evaluator`` on ``dataloader.test`` (nothing without an evaluator, or with
-    ``dataloader.evaluator=None``), after the class checks."""
-    if cfg.dataloader.get("evaluator") is None:
+    ``dataloader.evaluator=None`` or ``=null``), after the class checks, with the main process's buffers in every
+    worker (:func:`broadcast_buffers_from_main`: the metrics are those of the saved model)."""
+    if cfg.dataloader.get("evaluator") in (None, "None"):  # detectron2's key=value override keeps "None" a string
         return {}
+    broadcast_buffers_from_main(model)
     key, expected = lazy_num_classes(cfg)
     check_classes({"dataloader.test": lazy_dataset_names(cfg, "test")}, key, expected, assign="=")
     results = inference_on_dataset(model, instantiate(guarded_test_loader(cfg)), build_lazy_evaluator(cfg, model))
@@ -248,7 +262,8 @@ def _self_balance_period(cfg: DictConfig, num_images: int) -> int:
 def build_lazy_trainer(cfg: DictConfig) -> Tuple[SimpleTrainer, AlrpCheckpointer]:
     """The trainer of a LazyConfig with its hooks, as detectron2's ``lazyconfig_train_net.py`` builds it, plus the
     project's: :class:`DataPositionHook` first (with the resumable loader), :class:`SelfBalanceHook` before the
-    checkpointer when a head has a ranking loss, an :class:`AlrpCheckpointer` and :func:`alrp_writers`."""
+    checkpointer when a head has a ranking loss, then :class:`CollapseCheckHook`, an :class:`AlrpCheckpointer` and
+    :func:`alrp_writers`."""
     model = instantiate(cfg.model)
     logger.info("Model:\n%s", model)
     model.to(cfg.train.device)
@@ -276,6 +291,7 @@ def build_lazy_trainer(cfg: DictConfig) -> Tuple[SimpleTrainer, AlrpCheckpointer
     if losses:
         self_balanced = any(loss.self_balanced for loss in losses.values())
         hook_list.append(SelfBalanceHook(_self_balance_period(cfg, num_images) if self_balanced else None))
+    hook_list.append(CollapseCheckHook(lazy=True))
     main = comm.is_main_process()
     hook_list += [
         hooks.PeriodicCheckpointer(checkpointer, **cfg.train.checkpointer) if main else None,
@@ -292,7 +308,9 @@ def build_lazy_trainer(cfg: DictConfig) -> Tuple[SimpleTrainer, AlrpCheckpointer
 
 def run_lazy_config(args: argparse.Namespace, cfg: DictConfig) -> Dict[str, Any]:
     """Trains (``--resume``: continues the run of train.output_dir exactly) or, with ``--eval-only``, evaluates the
-    weights of train.init_checkpoint (or with ``--resume`` the last checkpoint of train.output_dir)."""
+    weights of train.init_checkpoint (or with ``--resume`` the last checkpoint of train.output_dir), on the CPU when
+    train.device is "cuda" and the machine has none (:func:`follow_the_machine`)."""
+    follow_the_machine(cfg)
     prepare_lazy_datasets(cfg, args)
     check_lazy_eval_only_weights(cfg, args)
     if args.eval_only:
@@ -318,6 +336,7 @@ def lazy_main(args: argparse.Namespace) -> Dict[str, Any]:
     :func:`run_lazy_config`."""
     cfg = load_lazy_config(args.config_file, args.opts)
     check_lazy_machines_agree(cfg, args)
+    follow_the_machine(cfg)
     default_setup(cfg, args)
     return run_lazy_config(args, cfg)
 

@@ -25,6 +25,8 @@ from ..data.samplers import ResumableBatchSampler, build_resumable_train_loader,
 from ..data.training_filter import training_dataset_dicts
 from ..data.worker_lifetime import workers_die_with_parent
 from ..evaluation import COCOLRPEvaluator
+from .buffer_sync import broadcast_buffers_from_main
+from .collapse_check import CollapseCheckHook
 from .self_balance import SelfBalanceHook, find_ranking_losses, self_balance_period
 from .writers import alrp_writers
 
@@ -147,9 +149,11 @@ class AlrpTrainer(DefaultTrainer):
         """detectron2's ``DefaultTrainer.test`` after checking the classes of the test datasets
         (:func:`check_dataset_classes`) and, for a mask model, their segmentations; the default
         evaluators record the evaluated model (architecture and :func:`weights_fingerprint`) in
-        their threshold files."""
+        their threshold files. Every worker first takes the main process's buffers
+        (:func:`broadcast_buffers_from_main`): the metrics are those of the model the checkpoint saves."""
         check_dataset_classes(cfg, include_train=False)
         check_dataset_segmentations(cfg)
+        broadcast_buffers_from_main(model)
         if evaluators is None:
             model_record = {"architecture": cfg.MODEL.META_ARCHITECTURE, "weights_sha256": weights_fingerprint(model)}
             evaluators = [cls.build_evaluator(cfg, name, model_record=model_record) for name in cfg.DATASETS.TEST]
@@ -173,8 +177,8 @@ class AlrpTrainer(DefaultTrainer):
 
     def build_hooks(self) -> List[hooks.HookBase]:
         """DefaultTrainer's hooks plus :class:`SelfBalanceHook` when a head has a ranking loss (it
-        logs the losses' statistics and self-balances), placed before the checkpointer so that
-        checkpoints include the finished step, and first
+        logs the losses' statistics and self-balances) and :class:`CollapseCheckHook` (a run that stops learning
+        is reported), placed before the checkpointer so that checkpoints include the finished step, and first
         :class:`DataPositionHook` with the resumable loader. The writers run every
         SOLVER.LOG_PERIOD iterations. The checkpointer (built before the hooks, which save with it)
         becomes an :class:`AlrpCheckpointer`: weights that do not fit the model are an error unless
@@ -194,11 +198,12 @@ class AlrpTrainer(DefaultTrainer):
         sampler = getattr(self._trainer.data_loader, "batch_sampler", None)
         if isinstance(sampler, ResumableBatchSampler):
             hook_list.insert(0, DataPositionHook(sampler))
+        position = next(
+            i for i, h in enumerate(hook_list) if isinstance(h, (hooks.PeriodicCheckpointer, hooks.EvalHook))
+        )
+        hook_list.insert(position, CollapseCheckHook())
         losses = find_ranking_losses(self.model)
         if losses:
             period = self_balance_period(self.cfg) if any(loss.self_balanced for loss in losses.values()) else None
-            position = next(
-                i for i, h in enumerate(hook_list) if isinstance(h, (hooks.PeriodicCheckpointer, hooks.EvalHook))
-            )
             hook_list.insert(position, SelfBalanceHook(period))
         return hook_list

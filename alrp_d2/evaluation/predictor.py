@@ -3,9 +3,10 @@ test-time resize."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from typing import Any, Dict
+from typing import Any, Dict, Iterator
 
 import numpy as np
 from detectron2.config import CfgNode
@@ -67,6 +68,20 @@ def check_image(image: Any, input_format: str) -> None:
         raise ImageInputError(f"the predictor takes {expected}, got an empty image of shape {image.shape}")
 
 
+@contextlib.contextmanager
+def _without_line(log: logging.Logger, text: str) -> Iterator[None]:
+    """Drops the records of ``log`` that contain ``text`` while the block runs."""
+
+    def keep(record: logging.LogRecord) -> bool:
+        return text not in record.getMessage()
+
+    log.addFilter(keep)
+    try:
+        yield
+    finally:
+        log.removeFilter(keep)
+
+
 class AlrpPredictor(DefaultPredictor):
     """detectron2's ``DefaultPredictor`` loading MODEL.WEIGHTS with :class:`AlrpCheckpointer`
     (the parent builds the model without weights; they are loaded once, checked) and resizing as
@@ -80,7 +95,8 @@ class AlrpPredictor(DefaultPredictor):
         without_weights = cfg.clone()
         without_weights.defrost()
         without_weights.MODEL.WEIGHTS = ""
-        super().__init__(without_weights)
+        with _without_line(logging.getLogger("fvcore.common.checkpoint"), "No checkpoint found"):
+            super().__init__(without_weights)  # its "Initializing model from scratch" would be false: loaded below
         self.cfg = cfg.clone()
         if cfg.INPUT.get("TEST_RESIZE", "detectron2") != "detectron2":  # a config without add_alrp_config
             self.aug = build_test_resize(cfg)

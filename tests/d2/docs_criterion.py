@@ -15,8 +15,13 @@ MODULE = "docs_user_criterion"
 def load_docs_criterion() -> types.ModuleType:
     """The module holding the page's example (registered in the criterion registry on first load)."""
     if MODULE not in sys.modules:
-        (code,) = re.findall(r"```python\n(.*?)```", PAGE.read_text(), flags=re.S)[:1]
         module = types.ModuleType(MODULE)
-        exec(compile(code, str(PAGE), "exec"), module.__dict__)
+        exec(compile(docs_criterion_code(), str(PAGE), "exec"), module.__dict__)
         sys.modules[MODULE] = module
     return sys.modules[MODULE]
+
+
+def docs_criterion_code() -> str:
+    """The page's first Python block."""
+    (code,) = re.findall(r"```python\n(.*?)```", PAGE.read_text(), flags=re.S)[:1]
+    return code

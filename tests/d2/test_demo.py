@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from matplotlib.image import imread
 
 import demo as demo_module
@@ -141,3 +142,15 @@ def test_a_fifo_is_never_read_and_a_bad_image_never_aborts_the_run(demo, tiny_cf
     assert written == [str(out / "a.png"), str(out / "b.jpg")]
     assert [entry for entry, _ in failed] == [fifo, bomb]
     assert failed[1][1].startswith("cannot read the image (DecompressionBombError: Image size (400000000 pixels)")
+
+
+def test_a_box_found_for_several_classes_is_drawn_once_with_its_top_class():
+    from detectron2.structures import Boxes, Instances
+
+    boxes = [[0, 0, 10, 10], [0, 0, 10, 10], [5, 5, 20, 20], [0, 0, 10, 10]]
+    detections = Instances((32, 32), pred_boxes=Boxes(torch.tensor(boxes, dtype=torch.float32)))
+    detections.scores = torch.tensor([0.3, 0.9, 0.5, 0.2])
+    detections.pred_classes = torch.tensor([0, 1, 2, 3])
+    top = demo_module.top_class_per_box(detections)
+    assert top.pred_classes.tolist() == [1, 2] and top.scores.tolist() == pytest.approx([0.9, 0.5])
+    assert len(demo_module.top_class_per_box(detections[:0])) == 0

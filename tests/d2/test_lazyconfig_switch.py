@@ -12,51 +12,8 @@ import pytest
 
 from alrp_d2.data.shapes import prepare_shapes_dataset, shapes_paths
 
-from .lazy_runs import logged, run_train_net
-
-HEADER = """from detectron2.model_zoo import get_config
-
-from alrp_d2.lazy_config import alrp_loss, correlation, ranked_rcnn
-from alrp_d2.modeling import AlrpRetinaNet, CorrelationRetinaNet
-
-recipe = get_config("{config}")
-model, dataloader, optimizer, lr_multiplier, train = (
-    recipe.model, recipe.dataloader, recipe.optimizer, recipe.lr_multiplier, recipe.train
-)
-"""
-# The switches of docs/lazyconfig.md.
-SWITCHES = {
-    "alrp_retinanet": (
-        "COCO-Detection/retinanet_R_50_FPN_1x.py",
-        'model._target_ = AlrpRetinaNet\nmodel.ranking_loss = alrp_loss("retinanet")\n',
-        ["loss_retinanet_cls", "loss_retinanet_loc", "sb/retinanet/weight"],
-    ),
-    "corr_retinanet": (
-        "COCO-Detection/retinanet_R_50_FPN_1x.py",
-        "model._target_ = CorrelationRetinaNet\nmodel.correlation = correlation()\n",
-        ["loss_cls", "loss_box_reg", "loss_retinanet_corr"],
-    ),
-    "rs_mask_rcnn": (
-        "COCO-InstanceSegmentation/mask_rcnn_R_50_FPN_1x.py",
-        "ranked_rcnn(model)\n",
-        ["loss_rpn_cls", "loss_box_cls", "loss_box_loc", "loss_mask", "sb/box/mask_weight"],
-    ),
-}
-TEST_SCALE = """
-model.backbone.bottom_up.stages.depth = 18
-del model.backbone.bottom_up.stages.stride_in_1x1
-if "top_block" in model.backbone and "in_channels" in model.backbone.top_block:
-    model.backbone.top_block.in_channels = 512
-(model.roi_heads if "roi_heads" in model else model).num_classes = 5
-dataloader.train.dataset.names = dataloader.test.dataset.names = "switch_train"
-dataloader.train.total_batch_size = 2
-dataloader.train.num_workers = 0
-dataloader.train.mapper.augmentations[0].short_edge_length = (128,)
-dataloader.train.mapper.augmentations[0].max_size = 128
-dataloader.train.mapper.instance_mask_format = "bitmask"  # the shapes dataset's masks are RLE
-del dataloader.evaluator
-train.update(max_iter=2, device="cpu", init_checkpoint="", log_period=1, seed=3)
-"""
+from .lazy_runs import REPO_ROOT, logged, run_train_net
+from .lazy_switches import SWITCHES, write_switched_config
 
 
 @pytest.fixture(scope="module")
@@ -73,9 +30,8 @@ def test_a_switch_is_at_most_six_lines_without_a_class():
 
 @pytest.mark.parametrize("name", sorted(SWITCHES))
 def test_switched_detectron2_config_trains_two_iterations_with_train_net(name, dataset, tmp_path):
-    config, switch, losses = SWITCHES[name]
-    path = tmp_path / f"{name}.py"
-    path.write_text(HEADER.format(config=config) + switch + TEST_SCALE)
+    path = write_switched_config(tmp_path / f"{name}.py", name)
+    losses = SWITCHES[name][2]
     output_dir = tmp_path / "output"
     run_train_net(["--config-file", str(path), *dataset, f"train.output_dir={output_dir}"])
     records = logged(output_dir)
@@ -84,3 +40,22 @@ def test_switched_detectron2_config_trains_two_iterations_with_train_net(name, d
         assert set(losses) <= set(iteration), sorted(iteration)
         assert all(value == value for value in iteration.values())  # no NaN
     assert (Path(output_dir) / "model_final.pth").is_file()
+
+
+def test_the_rs_mask_rcnn_switch_recipe_learns_from_scratch_on_the_cpu_machine(dataset, tmp_path):
+    """configs/quickstart/rs_mask_rcnn_switch_shapes.py keeps detectron2's train.device "cuda": on this machine
+    without CUDA it runs on the CPU; with normalisation, every loss of its first iterations is above 0."""
+    output_dir = tmp_path / "output"
+    config = str(REPO_ROOT / "configs" / "quickstart" / "rs_mask_rcnn_switch_shapes.py")
+    output = run_train_net([
+        "--config-file", config, *dataset, f"train.output_dir={output_dir}", "train.max_iter=3", "train.log_period=1",
+        "dataloader.train.dataset.names=switch_train", "dataloader.train.total_batch_size=2",
+        "dataloader.train.num_workers=0", "dataloader.evaluator=None",
+    ])  # fmt: skip
+    assert "no CUDA device: the model runs on the CPU" in output
+    records = logged(output_dir)
+    assert sorted(records) == [0, 1, 2]
+    for iteration in records.values():
+        losses = {key: value for key, value in iteration.items() if key.startswith("loss_")}
+        assert {"loss_rpn_cls", "loss_box_cls", "loss_mask"} <= set(losses)
+        assert all(value > 0 for value in losses.values()), losses

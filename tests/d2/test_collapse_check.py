@@ -1,0 +1,96 @@
+"""A run that stops learning says so (CollapseCheckHook): every loss exactly 0 is an error within two iterations,
+a head that ranks no positive or a sample count at 0 a warning and a metric; and the case that showed it, detectron2's
+Mask R-CNN switched to Rank & Sort Loss trained from random initialisation, stops instead of reporting zeros."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from types import SimpleNamespace
+from typing import Dict
+
+import pytest
+from detectron2.utils.env import seed_all_rng
+from detectron2.utils.events import EventStorage
+
+from alrp_d2.data.shapes import prepare_shapes_dataset, shapes_paths
+from alrp_d2.engine import CollapseCheckHook, TrainingCollapsedError
+from alrp_d2.engine.lazy_trainer import load_lazy_config, run_lazy_config
+
+from .lazy_switches import write_switched_config
+
+
+def run_steps(hook: CollapseCheckHook, steps: list) -> EventStorage:
+    """Feeds the hook one storage record per step, as the trainer and the heads put them."""
+    storage = EventStorage()
+    hook.trainer = SimpleNamespace(storage=storage, iter=0)
+    with storage:
+        for iteration, values in enumerate(steps):
+            storage.iter = hook.trainer.iter = iteration
+            storage.put_scalars(**values)
+            hook.after_step()
+    return storage
+
+
+def learning(**changes: float) -> Dict[str, float]:
+    values = {
+        "loss_rpn_cls": 0.2,
+        "loss_box_cls": 1.0,
+        "sb/rpn/cls": 1.0,
+        "sb/box/cls": 1.0,
+        "rpn/num_pos_anchors": 14.0,
+        "roi_head/num_bg_samples": 700.0,
+    }
+    return {**values, **changes}
+
+
+def test_every_loss_exactly_zero_for_two_iterations_is_an_error_naming_the_keys():
+    zero = learning(loss_rpn_cls=0.0, loss_box_cls=0.0)
+    with pytest.raises(TrainingCollapsedError, match="up to iteration 2") as error:
+        run_steps(CollapseCheckHook(), [learning(), zero, zero, learning()])
+    assert isinstance(error.value, FloatingPointError)
+    assert "MODEL.WEIGHTS" in str(error.value) and "SOLVER.WARMUP_ITERS" in str(error.value)
+    with pytest.raises(TrainingCollapsedError, match="lr_multiplier.warmup_length"):
+        run_steps(CollapseCheckHook(lazy=True), [zero, zero])
+
+
+def test_one_zero_iteration_is_not_reported():
+    zero = learning(loss_rpn_cls=0.0, loss_box_cls=0.0, **{"sb/box/cls": 0.0})
+    storage = run_steps(CollapseCheckHook(), [zero, learning(), zero, learning()])
+    assert not [name for name in storage.histories() if name.startswith("collapse/")]
+
+
+def test_no_positive_ranked_or_no_background_warns_once_and_marks_the_metrics(caplog):
+    stalled = learning(**{"sb/rpn/cls": 0.0, "roi_head/num_bg_samples": 0.0})
+    with caplog.at_level(logging.WARNING, logger="alrp_d2"):
+        storage = run_steps(CollapseCheckHook(), [stalled, stalled, stalled, learning(), learning()])
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert "Iteration 1" in warnings[0] and "head 'rpn'" in warnings[0] and "roi_head/num_bg_samples" in warnings[0]
+    for key in ("collapse/sb/rpn/cls", "collapse/roi_head/num_bg_samples"):
+        assert [iteration for _, iteration in storage.history(key).values()] == [1, 2]
+
+
+def test_switched_rs_mask_rcnn_from_random_init_stops_within_two_iterations_of_its_collapse(tmp_path):
+    """detectron2's Mask R-CNN recipe (FrozenBN, made for ImageNet weights) switched to RS Loss, random init: its
+    predicted boxes have IoU 0, RS Loss ranks no positive and every loss is exactly 0 from iteration 2."""
+    prepare_shapes_dataset(str(tmp_path), num_images={"train": 4, "val": 1})
+    path = write_switched_config(tmp_path / "rs_mask_rcnn.py", "rs_mask_rcnn", max_iter=5)
+    cfg = load_lazy_config(str(path), [f"train.output_dir={tmp_path / 'output'}"])
+    args = argparse.Namespace(
+        dataset=[["switch_train", *shapes_paths(str(tmp_path), "train")]], eval_only=False, resume=False
+    )
+    seed_all_rng(3)  # the initialisation of train_net.py's default_setup with train.seed 3
+    with pytest.raises(TrainingCollapsedError, match="up to iteration 3") as error:
+        run_lazy_config(args, cfg)
+    assert "model.backbone.bottom_up.stem.norm" in str(error.value)
+
+
+def test_the_counts_are_saved_and_restored_for_an_exact_resume():
+    stalled = learning(**{"sb/rpn/cls": 0.0})
+    first = CollapseCheckHook()
+    run_steps(first, [stalled])
+    resumed = CollapseCheckHook()
+    resumed.load_state_dict(first.state_dict())
+    storage = run_steps(resumed, [stalled])
+    assert [iteration for _, iteration in storage.history("collapse/sb/rpn/cls").values()] == [0]
