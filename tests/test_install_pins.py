@@ -59,3 +59,12 @@ def test_lock_builds_detectron2_from_the_pinned_commit():
     (detectron2,) = [package for package in lock["package"] if package["name"] == "detectron2"]
     source = detectron2["source"]
     assert "git" in source and rev in source["git"], f"uv.lock builds detectron2 from {source}, not commit {rev}"
+
+
+def test_every_subpackage_is_packaged():
+    """pyproject.toml lists the packages (for the configs' package-dir): a new subpackage must be listed too."""
+    listed = set(_pyproject()["tool"]["setuptools"]["packages"])
+    found = {".".join(path.parent.relative_to(ROOT).parts) for path in (ROOT / "alrp_d2").rglob("__init__.py")}
+    assert found <= listed, (
+        f"subpackages missing from pyproject.toml [tool.setuptools] packages: {sorted(found - listed)}"
+    )
