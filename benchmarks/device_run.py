@@ -23,7 +23,7 @@ benchmark runs under a share of ``--budget`` seconds; one stopped at its limit k
 
     python3 benchmarks/device_run.py --out "$OUT"                  # on the GPU machine (docs/performance.md)
     python3 benchmarks/device_run.py --device cpu --quick --bundle B --out DIR    # the rehearsal on a CPU
-    python3 benchmarks/device_run.py --dry-run                     # what it would install and run
+    python3 benchmarks/device_run.py --dry-run       # what it would install and run; pip checks the bundle's wheels
 
 Exit status: 0 when every benchmark that ran finished, 1 otherwise (the report says which), 2 on a bad bundle.
 """
@@ -52,11 +52,18 @@ REQUIREMENTS = os.path.join(ROOT, "benchmarks", "device_requirements.txt")
 DETECTRON2_ARCHIVE = "detectron2-02b5c4e.tar.gz"
 #: gpu_report.py's option -> the folder of references/ in the bundle (benchmarks/reference_losses.py's checkouts).
 REFERENCE_OPTIONS = {"--official-repo": "aLRPLoss", "--ranksort-repo": "RankSortLoss", "--brl-repo": "BRL"}
-#: benchmarks run after the report where the checkout has them: (title, script, seconds at most).
-EXTRA_BENCHMARKS = (
-    ("Operations per call (`benchmarks/op_count.py`)", "benchmarks/op_count.py", 45),
-    ("DETR losses (`benchmarks/detr_loss_speed.py`)", "benchmarks/detr_loss_speed.py", 120),
+#: benchmarks run after the report where the checkout has them: (title, script, seconds at most, the options added
+#: with --quick where the script has them).
+EXTRA_BENCHMARKS: Tuple[Tuple[str, str, int, Tuple[Tuple[str, ...], ...]], ...] = (
+    ("Operations per call (`benchmarks/op_count.py`)", "benchmarks/op_count.py", 45, (("--quick",),)),
+    (
+        "DETR losses (`benchmarks/detr_loss_speed.py`)",
+        "benchmarks/detr_loss_speed.py",
+        120,
+        (("--quick",), ("--scales", "4:300"), ("--repeats", "1")),
+    ),
 )
+_MISSING_MODULE = re.compile(r"^ModuleNotFoundError: No module named '([^']+)'", re.MULTILINE)
 BUILD_OPS_SECONDS = 300
 _MARKER = re.compile(r'^python_version\s*(<|<=|>|>=|==|!=)\s*"(\d+)\.(\d+)"$')
 
@@ -142,9 +149,14 @@ def torchvision_wheel(wheels: str, torch_version: str, python: Tuple[int, int]) 
     return None
 
 
+class BundleError(ValueError):
+    """The bundle cannot serve this machine (a wheel, the torchvision, detectron2's source missing)."""
+
+
 @dataclass
 class Step:
-    """A command of the run: its title, arguments, seconds at most, and where its output goes in the report."""
+    """A command of the run: its title, arguments, seconds at most (0: what the run's budget leaves), and where its
+    output goes in the report."""
 
     title: str
     argv: List[str]
@@ -170,14 +182,12 @@ def script_supports(path: str, option: str) -> bool:
 
 
 def make_plan(args: argparse.Namespace, work: str, python: Tuple[int, int] = sys.version_info[:2]) -> Plan:
-    """What the run installs and runs, from the bundle and what this interpreter (of version ``python``) has; exits
-    naming what is missing when the bundle cannot serve it."""
+    """What the run installs and runs, from the bundle and what this interpreter (of version ``python``) has; raises
+    ``BundleError`` naming what is missing when the bundle cannot serve it."""
     bundle = os.path.abspath(args.bundle)
     wheels = os.path.join(bundle, "wheels")
     problems: List[str] = []
     notes: List[str] = []
-    if not os.path.isdir(bundle):
-        problems.append(f"the bundle {bundle} does not exist: make it with tools/make_device_bundle.sh")
 
     site = os.path.join(work, "site")
     missing = missing_requirements(read_requirements(), python)
@@ -233,7 +243,7 @@ def make_plan(args: argparse.Namespace, work: str, python: Tuple[int, int] = sys
     argv = [sys.executable, os.path.join(ROOT, "benchmarks", "gpu_report.py"), "--device", args.device]
     argv += (["--quick", "--repeats", "1"] if args.quick else []) + references + ["--output", report]
     benchmarks = [Step("`benchmarks/gpu_report.py`", argv, timeout=0, output=report)]
-    for title, script, seconds in EXTRA_BENCHMARKS:
+    for title, script, seconds, quick_options in EXTRA_BENCHMARKS:
         path = os.path.join(ROOT, script)
         if not os.path.isfile(path):
             notes.append(f"{script}: not in this checkout, not run")
@@ -241,17 +251,19 @@ def make_plan(args: argparse.Namespace, work: str, python: Tuple[int, int] = sys
         argv = [sys.executable, path]
         if script_supports(path, "--device"):
             argv += ["--device", args.device]
-        if args.quick and script_supports(path, "--quick"):
-            argv.append("--quick")
+        if args.quick:
+            argv += [word for option in quick_options if script_supports(path, option[0]) for word in option]
         if script_supports(path, "--brl-repo") and os.path.isdir(os.path.join(bundle, "references", "BRL")):
             argv += ["--brl-repo", os.path.join(bundle, "references", "BRL")]
         benchmarks.append(Step(title, argv, timeout=seconds))
+    if not os.path.isdir(bundle) and (install is not None or source is not None):
+        problems.insert(0, f"the bundle {bundle} does not exist: make it with tools/make_device_bundle.sh")
     if problems:
-        raise SystemExit("device_run: " + "\ndevice_run: ".join(problems))
+        raise BundleError("\n".join(problems))
     return Plan(notes, install, source, build, benchmarks, pythonpath)
 
 
-def environment_report(device: str) -> str:
+def environment_report() -> str:
     """The machine, as found before anything is installed."""
     lines = [
         f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
@@ -310,8 +322,8 @@ class Runner:
     def remaining(self) -> float:
         return self.deadline - time.monotonic()
 
-    def run(self, step: Step, timeout: float) -> Tuple[Optional[int], float, str]:
-        """(exit status or None when stopped at the limit, seconds, standard output)."""
+    def run(self, step: Step, timeout: float) -> Tuple[Optional[int], float, str, str]:
+        """(exit status or None when stopped at the limit, seconds, standard output, standard error)."""
         self.log.write(f"\n$ {shlex.join(step.argv)}  # cwd {step.cwd}, {timeout:.0f} s at most\n")
         self.log.flush()
         print(f"device_run: {step.title}: {timeout:.0f} s at most", flush=True)
@@ -321,20 +333,20 @@ class Runner:
             cwd=step.cwd,
             env={**self.env, **step.env},
             stdout=subprocess.PIPE,
-            stderr=self.log,
+            stderr=subprocess.PIPE,
             text=True,
             start_new_session=True,
         )
         try:
-            stdout, _ = process.communicate(timeout=max(timeout, 1))
+            stdout, stderr = process.communicate(timeout=max(timeout, 1))
             status: Optional[int] = process.returncode
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
-            stdout, _ = process.communicate()
+            stdout, stderr = process.communicate()
             status = None
-        self.log.write(stdout)
+        self.log.write(stdout + stderr)
         self.log.flush()
-        return status, time.monotonic() - start, stdout
+        return status, time.monotonic() - start, stdout, stderr
 
 
 def outcome(status: Optional[int], seconds: float) -> str:
@@ -356,14 +368,18 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parser.parse_args(argv)
     started = time.monotonic()
 
-    environment = environment_report(args.device)
+    environment = environment_report()
     print(environment, flush=True)
     args.cuda_arch = cuda_arch()
     if args.device == "cuda" and args.cuda_arch is None and not args.dry_run:
         print("device_run: --device cuda but torch sees no CUDA device (--device cpu for a rehearsal)", file=sys.stderr)
         return 2
     work = os.path.abspath(args.work) if args.work else os.path.join(os.environ.get("TMPDIR", "/tmp"), "alrp_device")
-    plan = make_plan(args, work)
+    try:
+        plan = make_plan(args, work)
+    except BundleError as error:
+        print("device_run: " + str(error).replace("\n", "\ndevice_run: "), file=sys.stderr)
+        return 2
     pythonpath = os.pathsep.join(plan.pythonpath + [p for p in [os.environ.get("PYTHONPATH")] if p])
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": pythonpath}
     if args.dry_run:
@@ -374,6 +390,12 @@ def main(argv: Optional[List[str]] = None) -> int:
             if step is not None:
                 extra = " ".join(f"{k}={v}" for k, v in step.env.items())
                 print(f"[{step.title}] (cd {step.cwd} && {extra + ' ' if extra else ''}{shlex.join(step.argv)})")
+        if plan.install is not None:  # pip resolves every package from the bundle's wheels for this Python
+            check = subprocess.run(plan.install.argv + ["--dry-run"], capture_output=True, text=True)
+            if check.returncode != 0:
+                print(f"device_run: the bundle cannot serve this Python:\n{check.stderr.strip()}", file=sys.stderr)
+                return 2
+            print("pip --dry-run: the bundle has a wheel of each package for this Python")
         return 0
 
     os.makedirs(args.out, exist_ok=True)
@@ -385,7 +407,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     runner = Runner(os.path.join(args.out, "device_run.log"), env, args.budget)
     install_notes = list(plan.notes)
     if plan.install is not None:
-        status, seconds, _ = runner.run(plan.install, plan.install.timeout)
+        status, seconds, _, _ = runner.run(plan.install, plan.install.timeout)
         if status != 0:
             print(
                 f"device_run: installing from the bundle {outcome(status, seconds)} (device_run.log)", file=sys.stderr
@@ -396,14 +418,13 @@ def main(argv: Optional[List[str]] = None) -> int:
         with tarfile.open(os.path.join(args.bundle, DETECTRON2_ARCHIVE)) as archive:
             archive.extractall(work, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
         install_notes.append(f"detectron2: the vendored source ({DETECTRON2_ARCHIVE}), used from {work}/detectron2")
-        if plan.build is not None:
-            status, seconds, _ = runner.run(plan.build, min(plan.build.timeout, runner.remaining() / 3))
-            install_notes.append(f"detectron2's compiled operators: build {outcome(status, seconds)}")
+        if plan.build is None:
+            install_notes.append("detectron2's compiled operators: not built (no --build-ops; the report needs none)")
         else:
-            install_notes.append("detectron2's compiled operators: not built (--build-ops not given; none is needed)")
-        check = subprocess.run([sys.executable, "-c", "from detectron2 import _C"], env=env, capture_output=True)
-        compiled = "available" if check.returncode == 0 else "NOT available: running without them"
-        install_notes.append(f"detectron2's compiled operators: {compiled}")
+            status, seconds, _, _ = runner.run(plan.build, min(plan.build.timeout, runner.remaining() / 3))
+            check = subprocess.run([sys.executable, "-c", "from detectron2 import _C"], env=env, capture_output=True)
+            compiled = "available" if check.returncode == 0 else "NOT available: the run goes on without them"
+            install_notes.append(f"detectron2's compiled operators: build {outcome(status, seconds)}; {compiled}")
 
     sections = [
         f"# Device run ({args.device}{', --quick' if args.quick else ''})",
@@ -421,13 +442,19 @@ def main(argv: Optional[List[str]] = None) -> int:
     reserved = sum(step.timeout for step in plan.benchmarks[1:])  # the report first, the others' shares kept
     for index, step in enumerate(plan.benchmarks):
         timeout = runner.remaining() - (reserved if index == 0 else 0)
-        if step.timeout:
-            timeout = min(timeout, step.timeout)
         if timeout < 5:
             sections.append(f"## {step.title}\n\nnot run: the run's --budget of {args.budget:.0f} s was spent")
             failures += 1
             continue
-        status, seconds, stdout = runner.run(step, timeout)
+        if step.timeout:
+            timeout = min(timeout, step.timeout)
+        status, seconds, stdout, stderr = runner.run(step, timeout)
+        missing = _MISSING_MODULE.search(stderr)
+        if index > 0 and status and missing is not None:  # not counted: what it needs is the machine's own
+            module = missing.group(1)
+            sections.append(f"## {step.title}\n\nnot run: it needs `{module}`, which this machine lacks (not carried)")
+            write_report()
+            continue
         failures += status != 0
         if step.output is not None:
             body = open(step.output).read().strip() if os.path.isfile(step.output) else "(no report written)"

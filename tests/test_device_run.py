@@ -120,8 +120,10 @@ def test_plan_builds_the_operators_and_runs_the_other_benchmarks(tmp_path, monke
     bundle = stand_in_bundle(tmp_path, references=("BRL",))
     bare_machine(monkeypatch)
     script = tmp_path / "op_count.py"
-    script.write_text('parser.add_argument("--device")\nparser.add_argument("--quick")\n')
-    monkeypatch.setattr(device_run, "EXTRA_BENCHMARKS", (("ops", str(script), 30), ("absent", "absent.py", 30)))
+    script.write_text('parser.add_argument("--device")\nparser.add_argument("--scales")\n')
+    quick_options = (("--quick",), ("--scales", "4:300"))
+    extra = (("ops", str(script), 30, quick_options), ("absent", "absent.py", 30, ()))
+    monkeypatch.setattr(device_run, "EXTRA_BENCHMARKS", extra)
     plan = device_run.make_plan(plan_args(bundle, build_ops=True), str(tmp_path / "work"), python=(3, 11))
 
     assert plan.build.argv[1:] == ["setup.py", "build_ext", "--inplace"]
@@ -132,13 +134,15 @@ def test_plan_builds_the_operators_and_runs_the_other_benchmarks(tmp_path, monke
     assert ops.argv[1:] == [str(script), "--device", "cpu"] and ops.timeout == 30
     assert any("aLRPLoss does not exist" in note for note in plan.notes)
     assert "absent.py: not in this checkout, not run" in plan.notes
+    quick = device_run.make_plan(plan_args(bundle, quick=True), str(tmp_path / "work"), python=(3, 11))
+    assert quick.benchmarks[1].argv[1:] == [str(script), "--device", "cpu", "--scales", "4:300"]  # it has no --quick
 
 
 def test_plan_names_what_the_bundle_lacks(tmp_path, monkeypatch):
     bundle = stand_in_bundle(tmp_path)
     (bundle / device_run.DETECTRON2_ARCHIVE).unlink()
     bare_machine(monkeypatch)
-    with pytest.raises(SystemExit) as error:  # the bundle's torchvision is for Python 3.11
+    with pytest.raises(device_run.BundleError) as error:  # the bundle's torchvision is for Python 3.11
         device_run.make_plan(plan_args(bundle), str(tmp_path / "work"), python=(3, 12))
     message = str(error.value)
     assert f"{bundle}/wheels holds no torchvision wheel for torch 2.14.1 and Python 3.12" in message
