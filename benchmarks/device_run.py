@@ -55,7 +55,7 @@ REFERENCE_OPTIONS = {"--official-repo": "aLRPLoss", "--ranksort-repo": "RankSort
 #: benchmarks run after the report where the checkout has them: (title, script, seconds at most, the options added
 #: with --quick where the script has them).
 EXTRA_BENCHMARKS: Tuple[Tuple[str, str, int, Tuple[Tuple[str, ...], ...]], ...] = (
-    ("Operations per call (`benchmarks/op_count.py`)", "benchmarks/op_count.py", 45, (("--quick",),)),
+    ("Operations per call (`benchmarks/op_count.py`)", "benchmarks/op_count.py", 45, (("--cases", "32768:500"),)),
     (
         "DETR losses (`benchmarks/detr_loss_speed.py`)",
         "benchmarks/detr_loss_speed.py",
