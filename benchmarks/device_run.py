@@ -349,6 +349,10 @@ class Runner:
         return status, time.monotonic() - start, stdout, stderr
 
 
+def tail(text: str, lines: int = 20) -> str:
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
 def outcome(status: Optional[int], seconds: float) -> str:
     if status is None:
         return f"stopped at its time limit after {seconds:.0f} s"
@@ -407,11 +411,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     runner = Runner(os.path.join(args.out, "device_run.log"), env, args.budget)
     install_notes = list(plan.notes)
     if plan.install is not None:
-        status, seconds, _, _ = runner.run(plan.install, plan.install.timeout)
+        status, seconds, _, stderr = runner.run(plan.install, plan.install.timeout)
         if status != 0:
-            print(
-                f"device_run: installing from the bundle {outcome(status, seconds)} (device_run.log)", file=sys.stderr
-            )
+            print(f"{tail(stderr)}\ndevice_run: installing from the bundle {outcome(status, seconds)}", file=sys.stderr)
             return 2
         install_notes.append(f"pip install from the bundle {outcome(status, seconds)}")
     if plan.detectron2_source is not None:
@@ -461,6 +463,12 @@ def main(argv: Optional[List[str]] = None) -> int:
             body = re.sub(r"^#", "##", body, flags=re.MULTILINE)  # its sections under this report's
         else:
             body = "```\n" + stdout.strip() + "\n```"
+        if status != 0:
+            body += (
+                "\n\nIts last lines of standard error (all of them in device_run.log):\n\n```\n"
+                + tail(stderr)
+                + "\n```"
+            )
         sections.append(f"## {step.title}: {outcome(status, seconds)}\n\n{body}")
         write_report()
     sections.append(f"Total: {time.monotonic() - started:.0f} s; every command's output is in device_run.log.")
