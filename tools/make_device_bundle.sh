@@ -51,6 +51,8 @@ for name in aLRPLoss RankSortLoss BRL; do
     "(checkouts or git directories of kemaloksuz/aLRPLoss, kemaloksuz/RankSortLoss, blisgard/BucketedRankingBasedLosses)" >&2; exit 2; }
 done
 [ -f "$DETECTRON2" ] || { echo "make_device_bundle: $DETECTRON2 does not exist (--detectron2 PATH)" >&2; exit 2; }
+python3 -m pip --version >/dev/null 2>&1 || { echo "make_device_bundle: $(command -v python3) has no pip" \
+  "(an environment made by uv has none: put one with pip first on PATH)" >&2; exit 2; }
 
 # name==version of benchmarks/device_requirements.txt (as benchmarks/device_run.py reads it): all, or those whose
 # marker admits Python $1.

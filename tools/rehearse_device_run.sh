@@ -53,7 +53,8 @@ if [ ! -x "$VENV/bin/python" ] || ! pristine; then
 fi
 if [ ! -f "$BUNDLE/SOURCES.txt" ]; then
   phase "the bundle for Python $PY in $BUNDLE"
-  bash tools/make_device_bundle.sh --out "$BUNDLE" --python "$PY" --torchvision "$TORCHVISION:$PY" \
+  # the environment's pip downloads (an environment made by uv has none)
+  PATH="$VENV/bin:$PATH" bash tools/make_device_bundle.sh --out "$BUNDLE" --python "$PY" --torchvision "$TORCHVISION:$PY" \
     "${REFERENCES[@]}" ${DETECTRON2[@]+"${DETECTRON2[@]}"}
 fi
 
