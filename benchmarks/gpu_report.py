@@ -31,7 +31,7 @@ import statistics
 import sys
 import time
 from types import SimpleNamespace
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -56,13 +56,14 @@ def markdown(header: List[str], rows: Table) -> str:
     return "\n".join(lines)
 
 
-def make_problem(num_logits: int, seed: int = 0) -> Tuple[Tensor, Tensor, Tensor]:
-    """Start-of-training logits (M,), labels with 5% ignored and P positives, E_loc of the positives."""
+def make_problem(num_logits: int, seed: int = 0, num_positives: int = NUM_POSITIVES) -> Tuple[Tensor, Tensor, Tensor]:
+    """Start-of-training logits (M,), labels with 5% ignored and P positives (at most M / 10), E_loc of the
+    positives."""
     gen = torch.Generator().manual_seed(seed)
     logits = torch.randn(num_logits, generator=gen) * 0.5 - 4.6
     labels = torch.zeros(num_logits, dtype=torch.long)
     labels[torch.randperm(num_logits, generator=gen)[: num_logits // 20]] = -1
-    positives = torch.randperm(num_logits, generator=gen)[: min(NUM_POSITIVES, num_logits // 10)]
+    positives = torch.randperm(num_logits, generator=gen)[: min(num_positives, num_logits // 10)]
     labels[positives] = 1
     logits[positives] += 0.5
     return logits, labels, torch.rand(len(positives), generator=gen)
@@ -145,11 +146,11 @@ def reference_repository(args: argparse.Namespace, loss: str, implementation: st
     return args.ranksort_repo if loss == "rank_sort" else args.official_repo
 
 
-def loss_speed(args: argparse.Namespace, num_logits: int) -> str:
-    logits, labels, errors = (t.to(args.device) for t in make_problem(num_logits))
+def loss_speed(args: argparse.Namespace, num_logits: int, num_positives: int) -> str:
+    logits, labels, errors = (t.to(args.device) for t in make_problem(num_logits, num_positives=num_positives))
     ours = our_losses()
     candidates = [(name, "ours", loss) for name, loss in ours.items()] + reference_rows(args)
-    small = [t.to(args.device) for t in make_problem(10_000, seed=2)]
+    small = [t.to(args.device) for t in make_problem(10_000, seed=2, num_positives=num_positives)]
     times: Dict[Tuple[str, str], List[float]] = {(name, impl): [] for name, impl, _ in candidates}
     grads: Dict[Tuple[str, str], Tensor] = {}
     for _, _, loss in candidates:
@@ -171,7 +172,8 @@ def loss_speed(args: argparse.Namespace, num_logits: int) -> str:
     for loss, implementation in REFERENCES:
         if reference_repository(args, loss, implementation) is None:
             rows.append([loss, implementation, "not run (no repository given)", "-", "-"])
-    header = ["loss", "implementation", f"time, {num_logits:,} logits", "vs ours", "gradient vs ours"]
+    problem = f"time, {num_logits:,} logits, {len(errors):,} positives"
+    header = ["loss", "implementation", problem, "vs ours", "gradient vs ours"]
     return markdown(header, rows)
 
 
@@ -214,18 +216,17 @@ def peak_memory(args: argparse.Namespace, num_logits: int) -> str:
     return markdown(["API", "logits", "peak extra memory", "bytes per logit"], rows)
 
 
-def report(args: argparse.Namespace) -> str:
+def report(args: argparse.Namespace) -> Iterator[str]:
+    """The report's title and sections, each computed when asked for."""
     quick = args.quick
     device_name = torch.cuda.get_device_name() if args.device == "cuda" else platform.processor() or "CPU"
-    sections = [
-        f"# GPU report ({args.device}: {device_name}; torch {torch.__version__}{'; --quick' if quick else ''})",
-        "## Exactness\n\n" + exactness(args.device, 20_000 if quick else 1_000_000),
-        "## Loss speed\n\n" + loss_speed(args, 50_000 if quick else COCO_LOGITS),
-        "## Training iteration\n\n" + training_iterations(args),
-        "## Host synchronisations per training step\n\n" + host_syncs(),
-        "## Peak memory of aLRP Loss\n\n" + peak_memory(args, 400_000 if quick else 20_000_000),
-    ]
-    return "\n\n".join(sections) + "\n"
+    yield f"# GPU report ({args.device}: {device_name}; torch {torch.__version__}{'; --quick' if quick else ''})"
+    yield "## Exactness\n\n" + exactness(args.device, 20_000 if quick else 1_000_000)
+    # --quick: few positives, as the official loops take one step per positive
+    yield "## Loss speed\n\n" + loss_speed(args, 50_000 if quick else COCO_LOGITS, 100 if quick else NUM_POSITIVES)
+    yield "## Training iteration\n\n" + training_iterations(args)
+    yield "## Host synchronisations per training step\n\n" + host_syncs()
+    yield "## Peak memory of aLRP Loss\n\n" + peak_memory(args, 400_000 if quick else 20_000_000)
 
 
 def main(argv: Optional[List[str]] = None) -> None:
@@ -242,10 +243,13 @@ def main(argv: Optional[List[str]] = None) -> None:
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda needs a CUDA device (--device cpu for a CPU run)")
-    text = report(args)
+    # Each section is written as soon as it is computed: a run stopped at a time limit keeps the finished ones.
     with open(args.output, "w") as f:
-        f.write(text)
-    print(text)
+        for index, section in enumerate(report(args)):
+            f.write(("\n\n" if index else "") + section)
+            f.flush()
+            print(section + "\n", flush=True)
+        f.write("\n")
 
 
 if __name__ == "__main__":

@@ -7,6 +7,9 @@ Precision: as mmdet (which loads the image with ``to_float32=True``), the image 
 ``PhotometricDistortion`` and stays float32, unrounded and unclipped (values may leave [0, 255]), through
 expand, crop, resize (``cv2.INTER_LINEAR``, no antialiasing, as mmcv's ``imresize``) and flip; the model's
 pixel normalisation is the first step that sees it again. ``dataset_dict["image"]`` is a float32 tensor.
+
+OpenCV is imported where an image is transformed, as detectron2 does, so that importing the package (a model, a
+benchmark) does not need it.
 """
 
 from __future__ import annotations
@@ -14,7 +17,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
-import cv2
 import numpy as np
 import torch
 from detectron2.config import CfgNode
@@ -43,8 +45,8 @@ __all__ = [
 ]
 
 SSD_IMAGE_FORMATS = ("BGR", "RGB")
-_TO_HSV = {"BGR": cv2.COLOR_BGR2HSV, "RGB": cv2.COLOR_RGB2HSV}
-_FROM_HSV = {"BGR": cv2.COLOR_HSV2BGR, "RGB": cv2.COLOR_HSV2RGB}
+_TO_HSV = {"BGR": "COLOR_BGR2HSV", "RGB": "COLOR_RGB2HSV"}  # OpenCV's conversion codes, by name
+_FROM_HSV = {"BGR": "COLOR_HSV2BGR", "RGB": "COLOR_HSV2RGB"}
 
 
 @dataclass(frozen=True)
@@ -82,12 +84,14 @@ class PhotometricDistortionParams:
     def _distort_hsv(self, img: np.ndarray) -> np.ndarray:
         """Saturation scaling and hue shift (degrees) in float32 HSV. As mmdet, the image always
         makes the round trip through OpenCV's HSV (which is not the identity on negative values)."""
-        hsv = cv2.cvtColor(img, _TO_HSV[self.image_format])
+        import cv2
+
+        hsv = cv2.cvtColor(img, getattr(cv2, _TO_HSV[self.image_format]))
         if self.saturation is not None:
             hsv[..., 1] = hsv[..., 1] * self.saturation
         if self.hue_delta is not None:
             hsv[..., 0] = np.mod(hsv[..., 0] + self.hue_delta, 360.0)
-        return cv2.cvtColor(hsv, _FROM_HSV[self.image_format])
+        return cv2.cvtColor(hsv, getattr(cv2, _FROM_HSV[self.image_format]))
 
 
 class PhotometricDistortion(T.Augmentation):
@@ -271,6 +275,8 @@ class Cv2ResizeTransform(ResizeTransform):
             return super().apply_image(img, interp)
         if img.shape[:2] != (self.h, self.w):
             raise ValueError(f"Cv2ResizeTransform expects an image of {(self.h, self.w)} (h, w), got {img.shape}")
+        import cv2
+
         resized = cv2.resize(img, (self.new_w, self.new_h), interpolation=cv2.INTER_LINEAR)
         return resized.reshape(resized.shape[:2] + img.shape[2:])
 

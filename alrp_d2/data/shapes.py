@@ -6,7 +6,8 @@ limited occlusion, tight boxes and instance masks (COCO RLE, exact) of the visib
 image (2%) has no object and every 20th image (5%) has one crowd region (``iscrowd=1``: a cluster of
 small shapes), so any 50 consecutive images exercise both. Generated deterministically (one seed per
 split) on first use into ``<root>/shapes``, atomically, and registered as ``shapes_train`` /
-``shapes_val`` in detectron2's catalogs.
+``shapes_val`` in detectron2's catalogs. OpenCV is imported where an image is drawn, so that importing the package
+does not need it.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import tempfile
 from functools import partial
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
-import cv2
 import numpy as np
 from detectron2.data import DatasetCatalog, MetadataCatalog
 from detectron2.data.datasets import load_coco_json
@@ -80,12 +80,16 @@ def shapes_paths(root: str, split: str) -> Tuple[str, str]:
 
 def _hsv_colour(rng: np.random.Generator, saturation: Tuple[float, float], value: Tuple[float, float]) -> np.ndarray:
     """A BGR uint8 colour with random hue and saturation / value (fractions) in the given ranges."""
+    import cv2
+
     hsv = np.array([[[rng.uniform(0, 180), rng.uniform(*saturation) * 255, rng.uniform(*value) * 255]]])
     return cv2.cvtColor(hsv.astype(np.uint8), cv2.COLOR_HSV2BGR)[0, 0].astype(np.float32)
 
 
 def _background(rng: np.random.Generator, size: int) -> np.ndarray:
     """Gradient between two dull colours + low-frequency noise + distractor lines and blurred blobs."""
+    import cv2
+
     start, end = (_hsv_colour(rng, (0.0, 0.35), (0.15, 0.75)) for _ in range(2))
     angle = rng.uniform(0, 2 * np.pi)
     steps = np.arange(size, dtype=np.float32) / size
@@ -114,15 +118,21 @@ def _rotated(points: np.ndarray, angle_deg: float, center: np.ndarray) -> np.nda
 
 def _fill_polygons(mask: np.ndarray, polygons: List[np.ndarray]) -> None:
     """Fills each polygon (union; one fillPoly call would leave the overlap empty, even-odd rule)."""
+    import cv2
+
     for polygon in polygons:
         cv2.fillPoly(mask, [np.round(polygon * 16).astype(np.int32)], 1, cv2.LINE_8, shift=4)
 
 
 def _draw_circle(mask: np.ndarray, center: np.ndarray, size: float, angle: float) -> None:
+    import cv2
+
     cv2.circle(mask, tuple(int(v) for v in np.round(center * 16)), int(round(size * 8)), 1, -1, cv2.LINE_8, 4)
 
 
 def _draw_ring(mask: np.ndarray, center: np.ndarray, size: float, angle: float) -> None:
+    import cv2
+
     _draw_circle(mask, center, size, angle)
     cv2.circle(mask, tuple(int(v) for v in np.round(center * 16)), int(round(size * 8 * 0.55)), 0, -1, cv2.LINE_8, 4)
 
@@ -249,6 +259,8 @@ def _paint(image: np.ndarray, owner: np.ndarray, mask: np.ndarray, index: int, r
 
 def _write_split(base: str, split: str, num_images: int, seed: int, image_size: int) -> None:
     """Renders a split into ``base/<split>/*.jpg`` and ``base/annotations/instances_<split>.json``."""
+    import cv2
+
     rng = np.random.default_rng(seed)
     os.makedirs(os.path.join(base, split))
     images: List[Dict[str, Any]] = []
