@@ -22,10 +22,10 @@ class AlrpCriterion(LocErrorCriterion):
     include their E_loc; ``loss_cls`` carries the whole error-driven update of the logits, ``loss_loc`` is the
     mean E_loc (self-balanced by the head, Sec. 4.2). MODEL.ALRP.CRITERION "AlrpCriterion"."""
 
-    def __init__(self, *, delta: float, loc_error_kind: str, tau: float, eps: float = 1e-5):
+    def __init__(self, *, delta: float = 1.0, loc_error_kind: str, tau: float, eps: float = 1e-5):
         """
         Args:
-            delta, loc_error_kind, tau: see :class:`LocErrorCriterion`.
+            delta, loc_error_kind, tau: see :class:`LocErrorCriterion` (delta: the paper's 1.0 by default).
             eps: the gate of the ranking errors, N_FP >= eps (App. E line 28).
         """
         super().__init__(delta=delta, loc_error_kind=loc_error_kind, tau=tau)

@@ -37,10 +37,12 @@ class APCriterion(LocErrorCriterion):
     #: Whether the ranking errors are the official interpolated ones (:func:`alrp_d2.losses.ap_loss_indexed`).
     interpolated: ClassVar[bool] = False
 
-    def __init__(self, *, delta: float, loc_loss: str, loc_error_kind: str, tau: float, eps: Optional[float] = 1e-5):
+    def __init__(
+        self, *, delta: float = 1.0, loc_loss: str, loc_error_kind: str, tau: float, eps: Optional[float] = 1e-5
+    ):
         """
         Args:
-            delta: smoothness of the step function, > 0.
+            delta: smoothness of the step function, > 0 (the paper's 1.0 by default).
             loc_loss: one of :data:`AP_LOC_LOSSES`.
             loc_error_kind, tau: E_loc with ``loc_loss`` "giou" (see :func:`alrp_d2.losses.loc_error`).
             eps: the gate of the ranking errors, N_FP >= eps (None: no gate, the official interpolated AP Loss).

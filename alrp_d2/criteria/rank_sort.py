@@ -45,10 +45,10 @@ class RankSortCriterion(RankingCriterion):
     balances_tasks = True
     component_names = ("rank", "sort", "weight")
 
-    def __init__(self, *, delta: float, loc_error_kind: str, eps: float = 1e-10):
+    def __init__(self, *, delta: float = 0.5, loc_error_kind: str, eps: float = 1e-10):
         """
         Args:
-            delta: smoothness of the step function, >= 0 (0: the unit step).
+            delta: smoothness of the step function, >= 0 (0: the unit step; the published 0.5 by default).
             loc_error_kind: the box loss, 1 - GIoU ("giou", mmdetection's GIoULoss) or 1 - IoU ("iou").
             eps: RS Loss's strict gates (the official 1e-10).
         """

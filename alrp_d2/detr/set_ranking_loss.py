@@ -39,9 +39,6 @@ DEFAULT_BOX_WEIGHTS = {"fixed": (5.0, 2.0), "value_balanced": (1.0, 1.0), "own":
 #: tau 0 in aLRP's E_loc = (1 - GIoU) / 2 / (1 - tau) (a Hungarian matching has no IoU threshold). Each applies only
 #: to a criterion whose constructor takes it.
 CRITERION_DEFAULTS: Dict[str, Any] = {"loc_error_kind": "giou", "loc_loss": "giou", "tau": 0.0}
-#: The smoothness of the step function the project's criteria were published with (Rank & Sort Loss and BRS-DETR
-#: 0.5; aLRP and AP Loss 1.0), when ``delta`` is not given; another criterion takes its own default or the option.
-PUBLISHED_DELTAS = {"RankSortCriterion": 0.5, "AlrpCriterion": 1.0, "APCriterion": 1.0, "InterpolatedAPCriterion": 1.0}
 
 
 class SetRankingLoss(nn.Module):
@@ -173,8 +170,6 @@ def _criterion(criterion: Union[str, RankingCriterion], options: Dict[str, Any])
     cls = ranking_criterion_class(criterion, "criterion")
     accepted = inspect.signature(cls.__init__).parameters
     defaults = {name: value for name, value in CRITERION_DEFAULTS.items() if name in accepted}
-    if criterion in PUBLISHED_DELTAS:
-        defaults["delta"] = PUBLISHED_DELTAS[criterion]
     try:
         return cls(**{**defaults, **options})
     except TypeError as error:
