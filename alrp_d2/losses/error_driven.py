@@ -109,26 +109,29 @@ class ErrorDrivenRankingLoss(torch.autograd.Function):
             positive_grad if ranking.local_slot is None else take_rows(positive_grad, ranking.local_slot)
         )
 
-        # The negatives' gradient is written in the backward, in one pass over the logits.
+        # The negatives' gradient is written in the backward, in one pass over the logits, from the
+        # coefficients of sum_i w_i H(x_ij) per gap (linear in w: the backward scales them).
+        intercept, slope = ranking.negative_coefficients(distributed)
         ctx.shape = logits.shape
         ctx.dtype = dtype
         ctx.scale = ranking.gradient_scale
         ctx.ranking = ranking
-        ctx.save_for_backward(distributed, local_positive_grad)
+        ctx.save_for_backward(intercept, slope, local_positive_grad)
         terms = errors if loss_terms is None else loss_terms
         loss = (terms.sum() / normaliser).to(dtype)
         positive_magnitude = torch.linalg.vector_norm(positive_grad, 1).to(dtype)
         # Every negative's gradient sum_i w_i H(x_ij) is >= 0 (the shares w_i are), so its magnitude is
         # its value, summed over the negatives of every worker from their gap totals.
-        negative_magnitude = ranking.negative_relation_total(distributed).to(dtype)
+        negative_magnitude = ranking.negative_relation_total((intercept, slope)).to(dtype)
         ctx.mark_non_differentiable(positive_magnitude, negative_magnitude)
         return loss, positive_magnitude, negative_magnitude
 
     @staticmethod
     def backward(ctx: Any, grad_loss: Tensor, *unused: Tensor) -> Tuple[Optional[Tensor], ...]:
-        distributed, positive_grad = ctx.saved_tensors
+        intercept, slope, positive_grad = ctx.saved_tensors
         ranking = ctx.ranking
         scale = (grad_loss * ctx.scale).double()
-        grad = ranking.negative_relation_sum(distributed * scale, ctx.dtype)
+        coefficients = (intercept * scale, None if slope is None else slope * scale)
+        grad = ranking.negative_relation_sum(coefficients, ctx.dtype)
         grad.index_copy_(0, ranking.positive_index, (positive_grad * scale).to(ctx.dtype))
         return grad.view(ctx.shape), None, None, None, None, None, None
