@@ -37,7 +37,13 @@ from alrp_d2.losses.ranking_path import PATHS, forced_path  # noqa: E402
 aten = torch.ops.aten
 
 #: Allocations that launch no kernel.
-EMPTY_ALLOCATIONS = {aten.empty.memory_format, aten.empty_strided.default, aten.empty_like.default}
+EMPTY_ALLOCATIONS = {
+    aten.empty.memory_format,
+    aten.empty_strided.default,
+    aten.empty_like.default,
+    aten.new_empty.default,
+    aten.new_empty_strided.default,
+}
 LOSSES = ("alrp", "ap", "rank_sort")
 CASES = ["32768:500", "32768:1500", "32768:4096"]
 

@@ -71,7 +71,8 @@ def test_unit_step_ranking_equals_brute_force():
     labels = torch.randint(0, 2, (200,), generator=gen)
     ranking = PositiveRanking.build(logits, torch.nonzero(labels == 1).squeeze(1), labels == 0, 0.0)
     positives = ranking.positive_scores
-    negatives = logits[labels == 0] - logits[labels == 1].min()
+    offset = logits[labels == 1].min() - positives[0]  # the scan path's shift (0 on the dense path)
+    negatives = logits[labels == 0] - offset
     weights = torch.rand(positives.numel(), generator=gen, dtype=torch.float64)
     among_positives = step(positives[None, :] - positives[:, None]) - torch.eye(positives.numel())
     num_false_positives = step(negatives[None, :] - positives[:, None]).sum(1)

@@ -23,6 +23,7 @@ number of operations per call, each over many entries (the ``dense`` path of :mo
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Iterator, Optional, Tuple
 
@@ -85,10 +86,21 @@ class PositiveMatrix:
         return result
 
 
+@functools.lru_cache(maxsize=16)
+def _mixing(delta: float, device: torch.device) -> Tensor:
+    """(2, 4) float64: the coefficients ``A``, ``B`` from the prefix sums of ``w`` and ``w q`` at the ends of a gap's
+    band and above part, ``A = (W_band + W_above) / 2 - (Q_band - Q_above) / (2 delta)`` and
+    ``B = (W_band - W_above) / (2 delta)``. Made once per delta and device (a copy to the device, which may wait for
+    it, is no operation to make per call)."""
+    c = 0.5 / delta
+    return torch.tensor([[0.5, 0.5, -c, c], [c, -c, 0.0, 0.0]], dtype=torch.float64, device=device)
+
+
 @dataclass(frozen=True)
 class DenseEdges:
     """The 2P band edges of the sorted positive scores, ties kept, and where the positives and the gaps stand
-    among them (module docstring); the interface of :class:`alrp_d2.losses.relation_sums.BandEdges`.
+    among them (module docstring); the interface of :class:`alrp_d2.losses.relation_sums.BandEdges`, on the
+    logits' own scale (no shift).
 
     Attributes:
         delta: smoothness of H (0: the unit step).
@@ -99,6 +111,8 @@ class DenseEdges:
             positives with a source of the gap in their band) and ``#{i: q_i + delta <= e[g-1]}`` (the end of
             those fully below it); 0 and 0 for gap 0.
         matrix: the relations among the positives.
+        band_constant: (P,) ``0.5 - q / (2 delta)``, the weight of a band's count in ``H`` (unused for the unit
+            step).
     """
 
     delta: float
@@ -107,16 +121,19 @@ class DenseEdges:
     query_gaps: Tensor
     gap_ends: Tensor
     matrix: PositiveMatrix
+    band_constant: Tensor
 
     @staticmethod
     def of(sorted_scores: Tensor, delta: float) -> DenseEdges:
         """The edges of the (P,) ascending float64 scores."""
         bounds = torch.stack([sorted_scores - delta, sorted_scores + delta])  # each row ascending
         edges = torch.sort(bounds.view(-1)).values
-        lower_edges = F.pad(edges, (1, 0), value=-torch.inf)  # gap g lies above edge g - 1
-        gap_ends = torch.searchsorted(bounds, lower_edges.expand(2, -1).contiguous(), right=True)
+        lower_edges = F.pad(edges, (1, 0), value=-torch.inf).expand(2, -1).contiguous()  # gap g lies above e[g-1]
+        gap_ends = torch.searchsorted(bounds, lower_edges, right=True)
         matrix = PositiveMatrix.of(sorted_scores, delta)
-        return DenseEdges(delta, sorted_scores, edges, torch.searchsorted(edges, bounds), gap_ends, matrix)
+        band_constant = matrix.scaled if delta == 0 else 0.5 - matrix.scaled
+        query_gaps = torch.searchsorted(edges, bounds)
+        return DenseEdges(delta, sorted_scores, edges, query_gaps, gap_ends, matrix, band_constant)
 
     @property
     def num_gaps(self) -> int:
@@ -131,9 +148,9 @@ class DenseEdges:
         """H(0): 0.5 for the smoothed step, 1 for the unit step (``delta = 0``)."""
         return 1.0 if self.unit_step else 0.5
 
-    def locate(self, values: Tensor, out_int32: bool) -> Tensor:
-        """The gap of every float64 value on the positives' scale."""
-        return torch.searchsorted(self.edges, values, right=self.unit_step, out_int32=out_int32)
+    def locate(self, values: Tensor, out: Optional[Tensor] = None) -> Tensor:
+        """The gap of every float64 value (int32, written to ``out`` when given)."""
+        return torch.searchsorted(self.edges, values, right=self.unit_step, out_int32=True, out=out)
 
     def sum_from_gap_totals(self, totals: Tensor) -> Tensor:
         """``sum_j u_j H(v_j - q_i)`` for every sorted positive from the sources' (2, num_gaps) gap totals (their
@@ -143,22 +160,19 @@ class DenseEdges:
         above = cumulative[0, -1] - at_queries[0, 1]
         if self.unit_step:
             return above
-        band = at_queries[:, 1] - at_queries[:, 0]  # the band's sum of u and of u v
-        inv_two_delta = 0.5 / self.delta
-        return above + 0.5 * band[0] + (band[1] - band[0] * self.scores) * inv_two_delta
+        band = at_queries[:, 1] - at_queries[:, 0]  # the band's sums of u and of u v
+        return torch.addcmul(above, band[0], self.band_constant).add_(band[1], alpha=0.5 / self.delta)
 
     def positive_sums(self, weights: Optional[Tensor] = None) -> Tensor:
         """``sum_k w_k H(q_k - q_i)`` for every sorted positive ``i`` (``k = i`` included; ``None``: all 1)."""
         return self.matrix.sums(weights)
 
-    def coefficients(self, weights: Tensor) -> Tuple[Tensor, Optional[Tensor]]:
-        """``(A, B)`` per gap with ``sum_i w_i H(v - q_i) = A[gap] + B[gap] v`` (``B`` None for the unit step)."""
+    def coefficients(self, weights: Tensor) -> Tensor:
+        """The (2, num_gaps) rows ``A``, ``B`` with ``sum_i w_i H(v - q_i) = A[gap] + B[gap] v`` (``A`` alone for
+        the unit step), from the prefix sums of ``w`` and ``w q`` at every gap's ends."""
         columns = weights[None] if self.unit_step else torch.stack([weights, weights * self.scores])
         prefix = F.pad(torch.cumsum(columns, 1), (1, 0))  # [:, n]: the sum over the first n positives
-        at_ends = torch.index_select(prefix, 1, self.gap_ends.view(-1)).view(len(columns), 2, -1)
-        above = at_ends[0, 1]
+        at_ends = torch.index_select(prefix, 1, self.gap_ends.view(-1))  # [column, (band end, above end) x gap]
         if self.unit_step:
-            return above, None
-        band = at_ends[:, 0] - at_ends[:, 1]  # the band's sums of w and of w q
-        inv_two_delta = 0.5 / self.delta
-        return above + 0.5 * band[0] - band[1] * inv_two_delta, band[0] * inv_two_delta
+            return at_ends[:, self.num_gaps :]
+        return torch.mm(_mixing(self.delta, prefix.device), at_ends.view(4, -1))

@@ -14,7 +14,8 @@ Two implementations, one per path of :mod:`alrp_d2.losses.ranking_path`:
 * :class:`DenseNegatives` (``dense``, an accelerator's): one ``searchsorted`` per chunk of :data:`DENSE_CHUNK`
   (O(log P) per entry, a handful of kernels per chunk, no host synchronisation).
 
-Both keep every entry's gap (:attr:`gaps`: int16, or int32 from 2^15 gaps on) for the backward pass.
+Both keep every entry's gap for the backward pass (:attr:`gaps`: the scan's int16, or int32 from 2^15 gaps on, the
+dense path's int32, as ``searchsorted`` writes and ``index_select`` reads it).
 """
 
 from __future__ import annotations
@@ -158,9 +159,11 @@ class ScanNegatives:
         _remove_positives(gaps, totals, positive_index)
         return ScanNegatives(logits, offset, gaps), totals
 
-    def relation_sums(self, intercept: Tensor, slope: Optional[Tensor], dtype: torch.dtype) -> Tensor:
-        """(M,) in ``dtype``: ``intercept[gap] + slope[gap] (v - offset)`` of every negative ``v`` (the
-        coefficients of :meth:`BandEdges.coefficients`, 0 in gap 0), 0 for the other entries (one pass)."""
+    def relation_sums(self, coefficients: Tensor, dtype: torch.dtype) -> Tensor:
+        """(M,) in ``dtype``: ``A[gap] + B[gap] (v - offset)`` of every negative ``v`` from the (2, num_gaps)
+        ``coefficients`` (rows ``A``, ``B``; ``A`` alone for the unit step; 0 in gap 0), 0 for the other entries
+        (one pass)."""
+        intercept, slope = coefficients[0], coefficients[1] if len(coefficients) > 1 else None
         if slope is not None:
             intercept = intercept - slope * self.offset  # A + B (v - offset) = (A - B offset) + B v
         total = self.logits.numel()
@@ -180,59 +183,55 @@ class ScanNegatives:
         return result
 
 
-def _shifted_values(logits: Tensor, valid: Optional[Tensor], offset: Tensor) -> Tensor:
-    """float64 ``logits - offset``, -inf where ``valid`` is False (below every edge)."""
-    shifted = logits.double() - offset  # not in place: double() of float64 logits is the logits
-    return shifted if valid is None else torch.where(valid, shifted, -torch.inf)
-
-
 @dataclass(frozen=True)
 class DenseNegatives:
-    """The negatives found by ``searchsorted`` among the float64 band edges (module docstring); attributes as
-    :class:`ScanNegatives`. The shifted logits are compared in float64, where the positives' edges live."""
+    """The negatives found by ``searchsorted`` among the float64 band edges (module docstring): the logits are
+    compared in float64 as they are (the dense path does not shift the scores).
+
+    Attributes:
+        logits: (M,) the flat logits (detached, their dtype).
+        gaps: (M,) the gap of every entry, 0 for the positives and the ignored entries.
+    """
 
     logits: Tensor
-    offset: Tensor
     gaps: Tensor
 
     @staticmethod
     def scan(
-        logits: Tensor, valid: Optional[Tensor], positive_index: Tensor, offset: Tensor, edges: DenseEdges
+        logits: Tensor, valid: Optional[Tensor], positive_index: Tensor, positive_scores: Tensor, edges: DenseEdges
     ) -> Tuple[DenseNegatives, Tensor]:
-        """As :meth:`ScanNegatives.scan`: the gaps and the (2, num_gaps) gap totals, in one pass."""
+        """As :meth:`ScanNegatives.scan`: the gaps and the (2, num_gaps) gap totals (count and sum of the
+        logits) in one pass; ``positive_scores``: the float64 logits of the positives of ``positive_index``."""
         device, total = logits.device, logits.numel()
         size = min(total, DENSE_CHUNK)
-        gaps = gap_storage(total, edges.num_gaps, device)
+        gaps = torch.empty(total, dtype=torch.int32, device=device)  # written by the search, read as it is
         totals = torch.zeros(2, edges.num_gaps, dtype=torch.float64, device=device)
-        ones = torch.ones(size, dtype=torch.float64, device=device)
+        ones = torch.ones(max(size, positive_index.numel()), dtype=torch.float64, device=device)
+        below_every_edge = torch.full((), -torch.inf, dtype=torch.float64, device=device)
         for start, end in chunks(total, size):
-            shifted = _shifted_values(logits[start:end], None if valid is None else valid[start:end], offset)
-            chunk_gaps = edges.locate(shifted, out_int32=True)
-            gaps[start:end] = chunk_gaps
+            values = logits[start:end].double()  # the logits themselves when they are float64: not written
+            if valid is not None:
+                values = torch.where(valid[start:end], values, below_every_edge)
+            chunk_gaps = edges.locate(values, out=gaps[start:end])
             totals[0].index_add_(0, chunk_gaps, ones[: end - start])
-            totals[1].index_add_(0, chunk_gaps, shifted)
-        positive_values = _shifted_values(
-            take_rows(logits, positive_index), None if valid is None else take_rows(valid, positive_index), offset
-        )
-        positive_gaps = edges.locate(positive_values, out_int32=True)
-        totals[0].index_add_(0, positive_gaps, torch.ones_like(positive_values), alpha=-1)
-        totals[1].index_add_(0, positive_gaps, positive_values, alpha=-1)
+            totals[1].index_add_(0, chunk_gaps, values)
+        if valid is not None:
+            positive_scores = torch.where(take_rows(valid, positive_index), positive_scores, below_every_edge)
+        positive_gaps = edges.locate(positive_scores)
+        totals[0].index_add_(0, positive_gaps, ones[: positive_index.numel()], alpha=-1)
+        totals[1].index_add_(0, positive_gaps, positive_scores, alpha=-1)
         _remove_positives(gaps, totals, positive_index)
-        return DenseNegatives(logits, offset, gaps), totals
+        return DenseNegatives(logits, gaps), totals
 
-    def relation_sums(self, intercept: Tensor, slope: Optional[Tensor], dtype: torch.dtype) -> Tensor:
-        """As :meth:`ScanNegatives.relation_sums`: one gather of (intercept, slope) per entry and one fused
-        multiply-add per chunk."""
+    def relation_sums(self, coefficients: Tensor, dtype: torch.dtype) -> Tensor:
+        """As :meth:`ScanNegatives.relation_sums` (with no offset): one gather of the coefficients and one
+        fused multiply-add per chunk."""
         total = self.logits.numel()
-        size = min(total, DENSE_CHUNK)
         result = torch.empty(total, dtype=dtype, device=self.logits.device)
-        if slope is not None:
-            table = torch.stack([intercept - slope * self.offset, slope], 1)
-        for start, end in chunks(total, size):
-            index = self.gaps[start:end].int() if self.gaps.dtype != torch.int32 else self.gaps[start:end]
-            if slope is None:
-                result[start:end] = torch.index_select(intercept, 0, index)
+        for start, end in chunks(total, min(total, DENSE_CHUNK)):
+            rows = torch.index_select(coefficients, 1, self.gaps[start:end])
+            if len(rows) == 1:
+                result[start:end] = rows[0]
             else:
-                rows = torch.index_select(table, 0, index)
-                result[start:end] = torch.addcmul(rows[:, 0], rows[:, 1], self.logits[start:end])
+                torch.addcmul(rows[0], rows[1], self.logits[start:end], out=result[start:end])
         return result

@@ -105,7 +105,7 @@ def _rank_sort_loss(inputs: RankingInputs, positive_targets: Tensor, delta: floa
         # ErrorDrivenRankingLoss gates with N_FP >= gate: the next float above eps makes it N_FP > eps.
         gate = math.nextafter(eps, math.inf)
         ranking_loss, positive_magnitude, negative_magnitude = ErrorDrivenRankingLoss.apply(
-            logits, ranking, ranking_errors, torch.zeros_like(ranking_errors), None, gate, sorting_grad
+            logits, ranking, ranking_errors, None, gate, sorting_grad
         )
         sorting_loss = sorting_errors.mean().to(output_dtype(logits)) + 0.0 * ranking_loss
         return RankSortLossTerms(

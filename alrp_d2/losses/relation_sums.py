@@ -38,9 +38,10 @@ worker and sums the workers' gap totals of their negatives (O(P) floats).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple, Optional, Tuple, Union
+from typing import TYPE_CHECKING, NamedTuple, Optional, Union
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from .dense_relations import DenseEdges
@@ -54,8 +55,9 @@ if TYPE_CHECKING:
 
 __all__ = ["BandEdges", "Coefficients", "PositiveRanking"]
 
-#: ``(A, B)`` per gap: ``sum_i w_i H(v - q_i) = A[gap] + B[gap] v``; ``B`` None for the unit step.
-Coefficients = Tuple[Tensor, Optional[Tensor]]
+#: (2, num_gaps) float64, the rows ``A`` and ``B`` with ``sum_i w_i H(v - q_i) = A[gap] + B[gap] v`` for a source
+#: ``v`` on the positives' scale; (1, num_gaps), ``A`` alone, for the unit step (H is 1 above, 0 below, no band).
+Coefficients = Tensor
 
 
 def _exclusive_cumsum(x: Tensor) -> Tensor:
@@ -152,34 +154,38 @@ class BandEdges:
         return self.sum_from_gap_totals(self.gap_totals(self.scores, self.positive_gap, weights))
 
     def coefficients(self, weights: Tensor) -> Coefficients:
-        """``(A, B)`` per gap with ``sum_i w_i H(v - q_i) = A[gap] + B[gap] v`` for a source ``v`` on the
-        positives' scale; ``B`` is None for the unit step (H is 1 above, 0 below, no band)."""
+        """The :data:`Coefficients` of ``sum_i w_i H(v - q_i)`` for the (P,) float64 weights."""
         prefix = _exclusive_cumsum(weights)
         above = take_rows(prefix, self.above_end)
         if self.unit_step:
-            return above, None
+            return above[None]
         inv_two_delta = 0.5 / self.delta
         prefix_weighted = _exclusive_cumsum(weights * self.scores)
         band_weight = take_rows(prefix, self.band_end) - above
         band_weighted_query = take_rows(prefix_weighted, self.band_end) - take_rows(prefix_weighted, self.above_end)
-        return above + 0.5 * band_weight - band_weighted_query * inv_two_delta, band_weight * inv_two_delta
+        intercept = above + 0.5 * band_weight - band_weighted_query * inv_two_delta
+        return torch.stack([intercept, band_weight * inv_two_delta])
 
 
 class SortedPositives(NamedTuple):
     """The positives of one ranking sorted by score (of all workers in a global ranking); attributes as those of
     :class:`PositiveRanking` (``flat_index`` is its ``positive_index``), ``scores`` shifted by ``offset`` (the
-    smallest score, 0-d float64)."""
+    smallest score, 0-d float64) where asked to, else as they are (``offset`` None)."""
 
     flat_index: Tensor
     order: Tensor
     scores: Tensor
-    offset: Tensor
+    offset: Optional[Tensor]
     local_slot: Optional[Tensor]
     gathered_values: Optional[Tensor]
 
     @staticmethod
     def of(
-        flat: Tensor, positive_index: Tensor, exchange: Optional[PositiveExchange], positive_values: Optional[Tensor]
+        flat: Tensor,
+        positive_index: Tensor,
+        exchange: Optional[PositiveExchange],
+        positive_values: Optional[Tensor],
+        shift: bool,
     ) -> SortedPositives:
         """Gathers the scores (with the ``positive_values`` in a global ranking) and sorts them."""
         scores = take_rows(flat, positive_index).double()
@@ -195,6 +201,8 @@ class SortedPositives(NamedTuple):
         else:
             slot = torch.empty_like(order).scatter_(0, order, torch.arange(len(order), device=order.device))
             local_slot = slot[exchange.local_start : exchange.local_start + exchange.num_local]
+        if not shift:
+            return SortedPositives(positive_index, order, sorted_scores, None, local_slot, gathered_values)
         offset = sorted_scores[0]
         return SortedPositives(positive_index, order, sorted_scores - offset, offset, local_slot, gathered_values)
 
@@ -204,8 +212,9 @@ class PositiveRanking:
     """The positives of one ranking sorted by ascending score, related to each other and to
     the relevant negatives (App. E Alg. 2, lines 2-10 and 18-25).
 
-    Scores are float64 and shifted by the smallest positive score, which leaves every
-    ``x_ij`` unchanged and keeps the prefix sums small.
+    Scores are float64; on the ``scan`` path they are shifted by the smallest positive score, which
+    leaves every ``x_ij`` unchanged and keeps the prefix sums small (the grid's edges are rounded to the
+    logits' dtype after the shift is undone); the ``dense`` path compares the float64 logits as they are.
 
     In a global ranking (``exchange`` given, see :mod:`alrp_d2.losses.global_ranking`) the
     positives are those of all workers, while the negatives stay this worker's: every
@@ -228,7 +237,6 @@ class PositiveRanking:
         num_false_positives: (P,) N_FP(i) = sum_{j in N} H(x_ij) (App. E line 24).
         rank: (P,) rank(i) = rank^+(i) + N_FP(i) (line 25), with
             rank^+(i) = 1 + sum_{k in P, k != i} H(x_ik) (line 23).
-        tie_first: (P,) first sorted position holding the same score.
         exchange: the communication of a global ranking; None for a per-worker ranking.
         local_slot: in a global ranking, the sorted position of each of this worker's positives
             (in the order of ``positive_index``); None otherwise.
@@ -244,7 +252,6 @@ class PositiveRanking:
     negative_totals: Tensor
     num_false_positives: Tensor
     rank: Tensor
-    tie_first: Tensor
     exchange: Optional[PositiveExchange] = None
     local_slot: Optional[Tensor] = None
     gathered_values: Optional[Tensor] = None
@@ -279,15 +286,17 @@ class PositiveRanking:
         """
         logits = logits.detach()
         flat = logits.reshape(-1)
-        positives = SortedPositives.of(flat, positive_index, exchange, positive_values)
+        dense = ranking_path(flat.device) == "dense"
+        positives = SortedPositives.of(flat, positive_index, exchange, positive_values, shift=not dense)
         scores = positives.scores
         if valid is not None:
             valid = valid.expand(logits.shape).reshape(-1)
         edges: Union[BandEdges, DenseEdges]
         negatives: Union[ScanNegatives, DenseNegatives]
-        if ranking_path(flat.device) == "dense":
+        if positives.offset is None:
             edges = DenseEdges.of(scores, delta)
-            negatives, negative_totals = DenseNegatives.scan(flat, valid, positive_index, positives.offset, edges)
+            local_scores = scores if positives.local_slot is None else take_rows(scores, positives.local_slot)
+            negatives, negative_totals = DenseNegatives.scan(flat, valid, positives.flat_index, local_scores, edges)
         else:
             edges = BandEdges.of(scores, delta)
             negatives, negative_totals = ScanNegatives.scan(flat, valid, positive_index, positives.offset, edges)
@@ -306,8 +315,6 @@ class PositiveRanking:
             negative_totals=negative_totals,
             num_false_positives=num_false_positives,
             rank=rank_positive + num_false_positives,
-            # Clamped: a NaN score (whose loss is reported as NaN) must not index out of range.
-            tie_first=torch.searchsorted(scores, scores).clamp_(max=len(scores) - 1),
             exchange=exchange,
             local_slot=positives.local_slot,
             gathered_values=positives.gathered_values,
@@ -343,7 +350,7 @@ class PositiveRanking:
     def positive_relation_sum(self, weights: Tensor) -> Tensor:
         """``sum_{k in P, k != i} w_k H(x_ik)`` for every sorted positive ``i`` (the self term
         H(0) is removed)."""
-        return self.edges.positive_sums(weights) - self.edges.self_relation * weights
+        return torch.add(self.edges.positive_sums(weights), weights, alpha=-self.edges.self_relation)
 
     def negative_coefficients(self, weights: Tensor) -> Coefficients:
         """The coefficients of ``sum_{i in P} w_i H(x_ij)`` per gap (:data:`Coefficients`), for
@@ -358,19 +365,17 @@ class PositiveRanking:
         """(M,) ``sum_{i in P} w_i H(x_ij)`` for every negative ``j`` of the flat logits from the
         :meth:`negative_coefficients` of ``w``, 0 for the positives and the ignored entries, in ``dtype`` (one
         pass over the logits)."""
-        return self.negatives.relation_sums(*coefficients, dtype)
+        return self.negatives.relation_sums(coefficients, dtype)
 
     def negative_relation_total(self, coefficients: Coefficients) -> Tensor:
         """0-d float64: ``sum_j sum_{i in P} w_i H(x_ij)`` over the negatives (of all workers in a global
-        ranking) from the :meth:`negative_coefficients` of ``w`` and the gap totals (no pass over the logits)."""
-        intercept, slope = coefficients
-        totals = self.negative_totals
-        if slope is None:
-            return torch.dot(intercept, totals[0])
-        return torch.dot(intercept, totals[0]) + torch.dot(slope, totals[1])
+        ranking) from the :meth:`negative_coefficients` of ``w`` and the gap totals (no pass over the logits):
+        ``sum_g A[g] count[g] + B[g] (sum of v in g)``."""
+        return torch.dot(coefficients.reshape(-1), self.negative_totals[: len(coefficients)].reshape(-1))
 
-    def step_cumsum(self, values: Tensor) -> Tensor:
-        """``sum_{k in P, s_k >= s_i} v_k``: the cumulative sum of App. E line 14 in descending
-        score order with the unit step H(x) = [x >= 0], so tied positives count together."""
-        suffix = torch.flip(torch.cumsum(torch.flip(values, [0]), 0), [0])
-        return take_rows(suffix, self.tie_first)
+    def at_or_below_sums(self, values: Tensor) -> Tensor:
+        """``sum_{k in P, s_k <= s_i} v_k`` for every sorted positive ``i``: tied positives count together (the
+        unit step H(x) = [x >= 0] of App. E line 14)."""
+        scores = self.positive_scores
+        prefix = F.pad(torch.cumsum(values, 0), (1, 0))
+        return take_rows(prefix, torch.searchsorted(scores, scores, right=True))
