@@ -38,7 +38,7 @@ worker and sums the workers' gap totals of their negatives (O(P) floats).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple, Optional, Union
+from typing import TYPE_CHECKING, NamedTuple, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -206,6 +206,18 @@ class SortedPositives(NamedTuple):
         offset = sorted_scores[0]
         return SortedPositives(positive_index, order, sorted_scores - offset, offset, local_slot, gathered_values)
 
+    def relate(
+        self, flat: Tensor, valid: Optional[Tensor], delta: float
+    ) -> Tuple[Union[BandEdges, DenseEdges], Union[ScanNegatives, DenseNegatives], Tensor]:
+        """The band edges, the negatives of the (M,) flat logits and their (2, num_gaps) gap totals: on the
+        ``dense`` path when the scores are not shifted, else on the ``scan`` path."""
+        if self.offset is None:
+            edges = DenseEdges.of(self.scores, delta)
+            local_scores = self.scores if self.local_slot is None else take_rows(self.scores, self.local_slot)
+            return (edges, *DenseNegatives.scan(flat, valid, self.flat_index, local_scores, edges))
+        band_edges = BandEdges.of(self.scores, delta)
+        return (band_edges, *ScanNegatives.scan(flat, valid, self.flat_index, self.offset, band_edges))
+
 
 @dataclass(frozen=True)
 class PositiveRanking:
@@ -291,15 +303,7 @@ class PositiveRanking:
         scores = positives.scores
         if valid is not None:
             valid = valid.expand(logits.shape).reshape(-1)
-        edges: Union[BandEdges, DenseEdges]
-        negatives: Union[ScanNegatives, DenseNegatives]
-        if positives.offset is None:
-            edges = DenseEdges.of(scores, delta)
-            local_scores = scores if positives.local_slot is None else take_rows(scores, positives.local_slot)
-            negatives, negative_totals = DenseNegatives.scan(flat, valid, positives.flat_index, local_scores, edges)
-        else:
-            edges = BandEdges.of(scores, delta)
-            negatives, negative_totals = ScanNegatives.scan(flat, valid, positive_index, positives.offset, edges)
+        edges, negatives, negative_totals = positives.relate(flat, valid, delta)
         # N_FP needs every worker's negatives: their gap totals are summed over the workers.
         if exchange is not None:
             negative_totals = exchange.all_reduce_sum(negative_totals)
