@@ -3,6 +3,7 @@
     python benchmarks/op_count.py                       # the accelerator path at 32,768 logits, P = 500 / 1,500 / 4,096
     python benchmarks/op_count.py --path scan           # the CPU's path (labelled)
     python benchmarks/op_count.py --cases 4000000:1500 --by-operation
+    python benchmarks/op_count.py --previous-repo /tmp/previous   # another checkout's losses (labelled), as they run
 
 Prints one line per case, ``<loss> P=<P> ops=<n>`` (loss in alrp, ap, rank_sort), for the path chosen by
 ``--path`` (``dense``, the path a CUDA device takes, by default; see :mod:`alrp_d2.losses.ranking_path`), forced on
@@ -12,16 +13,20 @@ whatever ``--device`` runs it, so that a CPU counts what a GPU would launch. The
 ``empty_strided``, ``empty_like``), which launch nothing. The inputs are those of ``benchmarks/loss_speed.py`` and
 ``benchmarks/rank_sort_speed.py`` (start-of-training logits, 5 % ignored) through the index API, as the detection
 heads call the losses: aLRP Loss with delta 1, AP Loss interpolated as the official one, Rank & Sort Loss with
-delta 0.5. ``tests/test_op_count.py`` asserts the bounds of the dense path with this counter.
+delta 0.5. ``tests/test_ranking_path.py`` asserts the bounds of the dense path with this counter. ``--previous-repo``
+counts the losses of another checkout of this project (``git archive REV | tar -x -C DIR``), loaded under another
+name (``benchmarks/reference_losses.load_previous``), on whatever path it takes on ``--device``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
+import types
 from collections import Counter
-from typing import Callable, Dict, List, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -31,8 +36,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from alrp_d2.losses import alrp_loss_indexed, ap_loss_indexed, rank_sort_loss_indexed  # noqa: E402
+from alrp_d2 import losses as our_losses  # noqa: E402
 from alrp_d2.losses.ranking_path import PATHS, forced_path  # noqa: E402
+from benchmarks.reference_losses import load_previous  # noqa: E402
 
 aten = torch.ops.aten
 
@@ -78,30 +84,35 @@ def make_case(num_logits: int, num_positives: int, device: str, seed: int = 0) -
     return logits.to(device), positives.to(device), targets.to(device), valid.to(device)
 
 
-def loss_call(loss: str, logits: Tensor, positives: Tensor, targets: Tensor, valid: Tensor) -> Callable[[], None]:
-    """One forward and backward of ``loss`` (its classification / ranking component drives the logits)."""
+def loss_call(
+    loss: str, logits: Tensor, positives: Tensor, targets: Tensor, valid: Tensor, losses: types.ModuleType = our_losses
+) -> Callable[[], None]:
+    """One forward and backward of ``loss`` of the package ``losses`` (its classification / ranking component
+    drives the logits)."""
 
     def run() -> None:
         leaf = logits.detach().requires_grad_(True)
         if loss == "alrp":
             errors = targets.detach().requires_grad_(True)
-            terms = alrp_loss_indexed(leaf, positives, errors, valid, delta=1.0)
+            terms = losses.alrp_loss_indexed(leaf, positives, errors, valid, delta=1.0)
             (terms.loss_cls + terms.loss_loc).backward()
         elif loss == "ap":
-            ap_loss_indexed(leaf, positives, valid, eps=None, interpolated=True).loss.backward()
+            losses.ap_loss_indexed(leaf, positives, valid, eps=None, interpolated=True).loss.backward()
         else:
-            terms = rank_sort_loss_indexed(leaf, positives, targets, valid, delta=0.5)
+            terms = losses.rank_sort_loss_indexed(leaf, positives, targets, valid, delta=0.5)
             (terms.ranking_loss + terms.sorting_loss).backward()
 
     return run
 
 
 def count_operations(
-    loss: str, num_logits: int, num_positives: int, path: str, device: str = "cpu"
+    loss: str, num_logits: int, num_positives: int, path: Optional[str], device: str = "cpu", previous: str = ""
 ) -> OperationCounter:
-    """The operations of one forward and backward of ``loss`` on ``path`` (after one uncounted warm-up call)."""
-    run = loss_call(loss, *make_case(num_logits, num_positives, device))
-    with forced_path(path):
+    """The operations of one forward and backward of ``loss`` on ``path`` (None: by device) after one uncounted
+    warm-up call; ``previous``: the checkout whose losses to count (``""``: this one's)."""
+    losses = load_previous(previous) if previous else our_losses
+    run = loss_call(loss, *make_case(num_logits, num_positives, device), losses=losses)
+    with forced_path(path) if path is not None else contextlib.nullcontext():
         run()
         with OperationCounter() as counter:
             run()
@@ -119,11 +130,13 @@ def main() -> None:
     parser.add_argument("--losses", nargs="+", default=list(LOSSES), choices=LOSSES)
     parser.add_argument("--cases", nargs="+", default=CASES, help="M:P, the numbers of logits and positives")
     parser.add_argument("--by-operation", action="store_true", help="also print the count of every operation")
+    parser.add_argument("--previous-repo", default="", help="count another checkout's losses, on their own path")
     args = parser.parse_args()
-    label = "" if args.path == "dense" else f" path={args.path}"
+    path = None if args.previous_repo else args.path
+    label = " previous" if args.previous_repo else "" if args.path == "dense" else f" path={args.path}"
     for num_logits, num_positives in parse_cases(args.cases):
         for loss in args.losses:
-            counter = count_operations(loss, num_logits, num_positives, args.path, args.device)
+            counter = count_operations(loss, num_logits, num_positives, path, args.device, args.previous_repo)
             size = "" if num_logits == 32768 else f" M={num_logits}"
             print(f"{loss} P={num_positives} ops={counter.total}{label}{size}")
             if args.by_operation:

@@ -1,4 +1,4 @@
-"""Ranking statistics of positives against positives and negatives, in O(N + P log P).
+"""Ranking statistics of positives against positives and negatives, in O(N + P log P) on the ``scan`` path.
 
 Notation of the paper (Sec. 2.1, App. E): for a positive ``i`` and any example ``j``,
 ``x_ij = s_j - s_i`` and the smoothed step of App. E, Eq. (14),
@@ -25,10 +25,10 @@ flat logits that are neither positive nor ignored; they find their gaps in chunk
 (the gradient, written once).
 
 This module holds the ``scan`` path's edges (:class:`BandEdges`: distinct edges, per-gap prefix ends,
-scatter-adds over the gaps; the fewest operations of work) and the ranking both paths share
+scatter-adds over the gaps: the least work, in many small operations) and the ranking both paths share
 (:class:`PositiveRanking`); the ``dense`` path of :mod:`alrp_d2.losses.ranking_path` builds
-:class:`alrp_d2.losses.dense_relations.DenseEdges` instead (the same sums in a few operations over P x P
-blocks), chosen per call by the logits' device.
+:class:`alrp_d2.losses.dense_relations.DenseEdges` instead (the same sums in a few large operations, P x P
+blocks among the positives: O(N log P + P^2) work), chosen per call by the logits' device.
 
 The gap totals are additive over disjoint sets of sources: a global ranking over several workers
 (:mod:`alrp_d2.losses.global_ranking`) builds the same edges from the gathered positives on every
