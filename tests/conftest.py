@@ -40,3 +40,13 @@ def pytest_terminal_summary(terminalreporter) -> None:
         terminalreporter.write_line(
             f"ALRP_D2_REQUIRE_ALL_TESTS=1: {len(_skipped)} skipped (e.g. {_skipped[0]}): the run fails", red=True
         )
+
+
+@pytest.fixture(params=["scan", "dense"])
+def ranking_path(request):
+    """Runs the test on each path of the ranking losses (``alrp_d2.losses.ranking_path``), whatever the device:
+    ``scan`` (the CPU's) and ``dense`` (an accelerator's)."""
+    from alrp_d2.losses.ranking_path import forced_path
+
+    with forced_path(request.param):
+        yield request.param

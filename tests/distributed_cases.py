@@ -12,6 +12,8 @@ import torch.multiprocessing as mp
 
 NUM_CASES = 12
 TOLERANCE = {torch.float64: 1e-6, torch.float32: 1e-5}
+#: Every worker computes every case on both paths of the ranking losses, in one spawn.
+PATHS = ("scan", "dense")
 
 
 def free_port() -> int:

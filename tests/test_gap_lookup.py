@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from alrp_d2.losses import relation_sums
-from alrp_d2.losses.gap_lookup import GapLookup
+from alrp_d2.losses import negative_scan
+from alrp_d2.losses.gap_lookup import GapLookup, LookupBuffers
 from alrp_d2.losses.relation_sums import BandEdges, PositiveRanking
 
 from .loop_reference import smooth_step
@@ -17,8 +17,7 @@ from .loop_reference import smooth_step
 
 def lookup_gaps(lookup: GapLookup, values: torch.Tensor) -> torch.Tensor:
     values = values.to(lookup.edges.dtype)
-    out, scratch = torch.empty(2, len(values), dtype=values.dtype)
-    return lookup.gaps(values, out, scratch, torch.empty(len(values), dtype=torch.int32)).long()
+    return lookup.gaps(values, LookupBuffers.allocate(len(values), values.dtype, values.device)).long()
 
 
 def edge_case(seed: int, coarse: bool) -> torch.Tensor:
@@ -78,13 +77,16 @@ def brute_force(logits, positives, valid, delta):
     return scores, relation * is_negative, num_false_positives, 1 + among_positives + num_false_positives
 
 
+@pytest.mark.usefixtures("ranking_path")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("delta", [1.0, 0.5, 0.0])
 @pytest.mark.parametrize("seed", range(6))
 def test_ranking_equals_the_relation_matrix(seed, delta, dtype, monkeypatch):
     """N_FP, rank and the negatives' relation sums against the P x M matrix of H(x_ij), with negatives on
-    the positives' band edges (ties, H(0) of the unit step), outside every band and ignored, in chunks of 7."""
-    monkeypatch.setattr(relation_sums, "CHUNK", 7)
+    the positives' band edges (ties, H(0) of the unit step), outside every band and ignored, in chunks of 7,
+    on both paths."""
+    monkeypatch.setattr(negative_scan, "CHUNK", 7)
+    monkeypatch.setattr(negative_scan, "DENSE_CHUNK", 7)
     gen = torch.Generator().manual_seed(seed)
     num = 60
     logits = torch.round(torch.randn(num, generator=gen, dtype=torch.float64) * 4) / 4
@@ -98,13 +100,15 @@ def test_ranking_equals_the_relation_matrix(seed, delta, dtype, monkeypatch):
     valid = torch.rand(num, generator=gen) > 0.2
     ranking = PositiveRanking.build(logits, positives, valid, delta)
     sorted_scores, negative_relation, num_false_positives, rank = brute_force(logits.double(), positives, valid, delta)
-    torch.testing.assert_close(ranking.positive_scores + sorted_scores[0], sorted_scores)
+    # The scan path shifts the scores by the smallest one, the dense path does not.
+    torch.testing.assert_close(ranking.positive_scores - ranking.positive_scores[0], sorted_scores - sorted_scores[0])
     torch.testing.assert_close(ranking.num_false_positives, num_false_positives)
     torch.testing.assert_close(ranking.rank, rank)
     weights = torch.rand(len(positives), generator=gen, dtype=torch.float64)
     expected = weights @ negative_relation
-    torch.testing.assert_close(ranking.negative_relation_sum(weights), expected)
-    torch.testing.assert_close(ranking.negative_relation_total(weights), expected.sum())
+    coefficients = ranking.negative_coefficients(weights)
+    torch.testing.assert_close(ranking.negative_relation_sum(coefficients), expected)
+    torch.testing.assert_close(ranking.negative_relation_total(coefficients), expected.sum())
     # The scan ranks the positives as negatives and removes them after: gap 0, and no count of them in the totals.
     assert ranking.negatives.gaps[positives].tolist() == [0] * len(positives)
     relevant = torch.zeros(num, dtype=torch.bool).index_fill_(0, positives, True).logical_not_() & valid

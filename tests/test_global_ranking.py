@@ -14,8 +14,9 @@ import torch.distributed as dist
 from alrp_d2.losses import NonFiniteInputError, alrp_loss_terms, ap_loss_terms
 from alrp_d2.losses.global_ranking import exchange_checked, global_mean, ranking_group
 from alrp_d2.losses.input_checks import check_ranking_inputs
+from alrp_d2.losses.ranking_path import forced_path
 
-from .distributed_cases import NUM_CASES, TOLERANCE, assert_relative, make_case, spawn_workers, split
+from .distributed_cases import NUM_CASES, PATHS, TOLERANCE, assert_relative, make_case, spawn_workers, split
 
 
 def losses(logits, labels, errors, delta, group) -> Dict[str, torch.Tensor]:
@@ -49,11 +50,13 @@ def _worker(rank: int, world_size: int, out_dir: str) -> None:
     group = ranking_group("global")
     assert group is not None and group.world_size == world_size
     assert ranking_group("per_worker") is None
-    results: Dict = {"global": [], "raised": []}
-    for seed in range(NUM_CASES):
-        for dtype in (torch.float64, torch.float32):
-            case = make_case(seed, world_size, dtype)
-            results["global"].append(losses(*split(case, rank), case["delta"], group))
+    results: Dict = {"global": {path: [] for path in PATHS}, "raised": []}
+    for path in PATHS:
+        with forced_path(path):
+            for seed in range(NUM_CASES):
+                for dtype in (torch.float64, torch.float32):
+                    case = make_case(seed, world_size, dtype)
+                    results["global"][path].append(losses(*split(case, rank), case["delta"], group))
     case = make_case(1, world_size, torch.float64)
     results["per_worker"] = losses(*split(case, rank), case["delta"], None)
     for seed in (3, 5):  # a worker without positives; no positive anywhere
@@ -83,7 +86,7 @@ def worker_results(request, tmp_path_factory):
 
 @pytest.mark.parametrize("seed", range(NUM_CASES))
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_global_loss_equals_one_process_on_the_concatenation(worker_results, seed, dtype):
+def test_global_loss_equals_one_process_on_the_concatenation(worker_results, seed, dtype, ranking_path):
     world_size, per_worker = worker_results
     index = 2 * seed + (dtype == torch.float32)
     case = make_case(seed, world_size, dtype)
@@ -91,10 +94,10 @@ def test_global_loss_equals_one_process_on_the_concatenation(worker_results, see
     rtol = TOLERANCE[dtype]
     for name in ("alrp_cls", "alrp_loc", "ap", "ap_interpolated", "alrp_positive_magnitude", "alrp_negative_magnitude"):
         for results in per_worker:  # the same global value on every worker
-            assert_relative(results["global"][index][name], expected[name], rtol)
+            assert_relative(results["global"][ranking_path][index][name], expected[name], rtol)
     for name in ("alrp_grad_logits", "alrp_grad_errors", "ap_grad_logits", "ap_interpolated_grad_logits"):
         # Each worker's gradients are scaled by the world size (DDP averages over the workers).
-        gathered = torch.cat([results["global"][index][name] for results in per_worker]) / world_size
+        gathered = torch.cat([results["global"][ranking_path][index][name] for results in per_worker]) / world_size
         assert_relative(gathered, expected[name], rtol)
 
 

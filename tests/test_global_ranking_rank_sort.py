@@ -11,8 +11,9 @@ import torch
 
 from alrp_d2.losses import NonFiniteInputError, rank_sort_loss_terms
 from alrp_d2.losses.global_ranking import ranking_group
+from alrp_d2.losses.ranking_path import forced_path
 
-from .distributed_cases import NUM_CASES, TOLERANCE, assert_relative, make_case, spawn_workers, split
+from .distributed_cases import NUM_CASES, PATHS, TOLERANCE, assert_relative, make_case, spawn_workers, split
 
 DELTAS = [0.5, 0.0, 0.1]
 
@@ -55,11 +56,13 @@ def losses(logits, targets, delta, group) -> Dict[str, torch.Tensor]:
 
 def _worker(rank: int, world_size: int, out_dir: str) -> None:
     group = ranking_group("global")
-    results: Dict = {"global": [], "raised": []}
-    for seed in range(NUM_CASES):
-        for dtype in (torch.float64, torch.float32):
-            case = rank_sort_case(seed, world_size, dtype)
-            results["global"].append(losses(*worker_targets(case, rank), case["delta"], group))
+    results: Dict = {"global": {path: [] for path in PATHS}, "raised": []}
+    for path in PATHS:
+        with forced_path(path):
+            for seed in range(NUM_CASES):
+                for dtype in (torch.float64, torch.float32):
+                    case = rank_sort_case(seed, world_size, dtype)
+                    results["global"][path].append(losses(*worker_targets(case, rank), case["delta"], group))
     logits = torch.randn(20, dtype=torch.float64)
     targets = torch.zeros(20, dtype=torch.float64)
     targets[:3] = 0.5
@@ -82,7 +85,7 @@ def worker_results(request, tmp_path_factory):
 
 @pytest.mark.parametrize("seed", range(NUM_CASES))
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_global_rank_sort_equals_one_process_on_the_concatenation(worker_results, seed, dtype):
+def test_global_rank_sort_equals_one_process_on_the_concatenation(worker_results, seed, dtype, ranking_path):
     world_size, per_worker = worker_results
     index = 2 * seed + (dtype == torch.float32)
     case = rank_sort_case(seed, world_size, dtype)
@@ -90,8 +93,8 @@ def test_global_rank_sort_equals_one_process_on_the_concatenation(worker_results
     rtol = TOLERANCE[dtype]
     for name in ("ranking", "sorting", "positive_magnitude", "negative_magnitude"):
         for results in per_worker:
-            assert_relative(results["global"][index][name], expected[name], rtol)
-    gathered = torch.cat([results["global"][index]["grad"] for results in per_worker]) / world_size
+            assert_relative(results["global"][ranking_path][index][name], expected[name], rtol)
+    gathered = torch.cat([results["global"][ranking_path][index]["grad"] for results in per_worker]) / world_size
     assert_relative(gathered, expected["grad"], rtol)
 
 

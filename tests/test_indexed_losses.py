@@ -12,9 +12,9 @@ from alrp_d2.losses import (
     alrp_loss_terms,
     ap_loss_indexed,
     ap_loss_terms,
+    negative_scan,
     rank_sort_loss_indexed,
     rank_sort_loss_terms,
-    relation_sums,
 )
 
 from .host_syncs import HostSyncCounter
@@ -40,6 +40,7 @@ def detection_case(seed: int, dtype: torch.dtype):
     return logits.to(dtype), row_labels, labels.flatten()
 
 
+@pytest.mark.usefixtures("ranking_path")
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("seed", range(12))
 def test_indexed_equals_labels_whatever_the_order_of_the_positives(seed, dtype):
@@ -77,11 +78,13 @@ def test_indexed_equals_labels_whatever_the_order_of_the_positives(seed, dtype):
         assert_relative(grad.flatten(), expected_grad, TOLERANCE[dtype])
 
 
+@pytest.mark.usefixtures("ranking_path")
 @pytest.mark.parametrize("seed", range(6))
 def test_negatives_in_many_float64_chunks_equal_the_loop(seed, monkeypatch):
     """The relevant negatives are turned into float64 a chunk at a time: tiny chunks give the
     loop transcription's values and gradients."""
-    monkeypatch.setattr(relation_sums, "CHUNK", 7)
+    monkeypatch.setattr(negative_scan, "CHUNK", 7)
+    monkeypatch.setattr(negative_scan, "DENSE_CHUNK", 7)
     logits, _, labels = detection_case(seed, torch.float64)
     logits = logits.flatten()
     errors = torch.rand(int((labels == 1).sum()), dtype=torch.float64)
@@ -114,9 +117,10 @@ def indexed_loss(name: str, logits: torch.Tensor, positives: torch.Tensor) -> to
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
-def test_non_finite_logits_make_the_indexed_losses_nan(bad):
-    """No validation in the index API (one host synchronisation: the selection of the relevant negatives): a
-    non-finite logit, of a positive or a negative, gives a NaN loss, which stops a training loop."""
+def test_non_finite_logits_make_the_indexed_losses_nan(bad, ranking_path):
+    """No validation in the index API (on the scan path one host synchronisation: the search steps of the
+    negatives' gap lookup; none on the dense path): a non-finite logit, of a positive or a negative, gives a NaN
+    loss, which stops a training loop."""
     for position in (0, 5):
         logits = torch.randn(6, 3)
         logits.view(-1)[position] = bad
@@ -125,7 +129,7 @@ def test_non_finite_logits_make_the_indexed_losses_nan(bad):
             with HostSyncCounter() as syncs:
                 value = indexed_loss(name, logits, positives)
             assert torch.isnan(value), name
-            assert syncs.total() == 1, (name, syncs.by_operation)  # the selection of the relevant negatives
+            assert syncs.total() == {"scan": 1, "dense": 0}[ranking_path], (name, syncs.by_operation)
 
 
 def test_no_positive_gives_connected_zeros():
@@ -136,12 +140,14 @@ def test_no_positive_gives_connected_zeros():
     assert terms.loss_cls.item() == 0 and torch.all(logits.grad == 0)
 
 
+@pytest.mark.usefixtures("ranking_path")
 @pytest.mark.parametrize("delta", [0.5, 0.0])
 @pytest.mark.parametrize("seed", range(6))
 def test_rank_sort_indexed_equals_targets_whatever_the_order_of_the_positives(seed, delta, monkeypatch):
     """Also with the negatives in many float64 chunks; the unit step (delta 0) places a negative
     equal to a positive's score above it, also after the edges are rounded to float32."""
-    monkeypatch.setattr(relation_sums, "CHUNK", 5)
+    monkeypatch.setattr(negative_scan, "CHUNK", 5)
+    monkeypatch.setattr(negative_scan, "DENSE_CHUNK", 5)
     logits, row_labels, labels = detection_case(seed, torch.float32)
     gen = torch.Generator().manual_seed(200 + seed)
     flat_positives = torch.nonzero(labels == 1).squeeze(1)

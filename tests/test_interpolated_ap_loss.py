@@ -7,8 +7,11 @@ import torch
 
 from alrp_d2.losses import ap_loss, ap_loss_terms
 
-from .loop_reference import interpolated_ap_loss_loop
+from .loop_reference import cached_reference, interpolated_ap_loss_loop
 from .ranking_cases import DEVICES, TOLERANCE, assert_relative, random_case
+
+# Every test runs on both paths of the ranking losses (the ``ranking_path`` fixture of tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("ranking_path")
 
 
 def run_interpolated(logits: torch.Tensor, labels: torch.Tensor, delta: float, eps=None):
@@ -27,11 +30,16 @@ def test_matches_official_loop(seed, dtype, device):
     change the result."""
     logits, labels, _, delta = random_case(seed, dtype, device)
     loss, grad = run_interpolated(logits, labels, delta)
-    ref_loss, ref_grad = interpolated_ap_loss_loop(logits.cpu(), labels.cpu(), delta)
+    ref_loss, ref_grad = cached_reference(
+        ("interpolated_ap", seed, dtype), lambda: interpolated_ap_loss_loop(logits.cpu(), labels.cpu(), delta)
+    )
     assert loss.dtype == dtype
     assert_relative(loss, ref_loss, TOLERANCE[dtype])
     assert_relative(grad, ref_grad, TOLERANCE[dtype])
-    tie_loss, tie_grad = interpolated_ap_loss_loop(logits.cpu(), labels.cpu(), delta, reverse_ties=True)
+    tie_loss, tie_grad = cached_reference(
+        ("interpolated_ap_reversed_ties", seed, dtype),
+        lambda: interpolated_ap_loss_loop(logits.cpu(), labels.cpu(), delta, reverse_ties=True),
+    )
     assert_relative(tie_loss, ref_loss, 1e-12)
     assert_relative(tie_grad, ref_grad, 1e-12)
 

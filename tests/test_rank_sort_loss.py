@@ -9,8 +9,11 @@ import torch
 
 from alrp_d2.losses import NonFiniteInputError, rank_sort_loss, rank_sort_loss_terms
 
-from .loop_reference import rank_sort_loss_loop
+from .loop_reference import cached_reference, rank_sort_loss_loop
 from .ranking_cases import assert_relative
+
+# Every test runs on both paths of the ranking losses (the ``ranking_path`` fixture of tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("ranking_path")
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 # float32 inputs are computed in float64 like float64 ones; only the outputs are rounded to float32.
@@ -46,9 +49,14 @@ def run(logits: torch.Tensor, targets: torch.Tensor, delta: float):
     return ranking, sorting, grad
 
 
-def assert_matches_loop(logits: torch.Tensor, targets: torch.Tensor, delta: float, rtol: float) -> None:
+def assert_matches_loop(logits: torch.Tensor, targets: torch.Tensor, delta: float, rtol: float, key=None) -> None:
+    """Values and gradient against the loop transcription (computed once per ``key`` when one is given)."""
     ranking, sorting, grad = run(logits, targets, delta)
-    expected = rank_sort_loss_loop(logits.detach().cpu(), targets.cpu(), delta)
+
+    def loop():
+        return rank_sort_loss_loop(logits.detach().cpu(), targets.cpu(), delta)
+
+    expected = loop() if key is None else cached_reference(key, loop)
     for actual, reference in zip((ranking, sorting, grad), expected):
         assert_relative(actual, reference, rtol)
 
@@ -60,7 +68,7 @@ def test_matches_loop_reference(seed, dtype, device):
     logits, targets, delta = random_case(seed, dtype, device)
     ranking, sorting, _ = run(logits, targets, delta)
     assert ranking.dtype == dtype and sorting.dtype == dtype
-    assert_matches_loop(logits, targets, delta, TOLERANCE[dtype])
+    assert_matches_loop(logits, targets, delta, TOLERANCE[dtype], key=("rank_sort", seed, dtype))
 
 
 def test_random_cases_cover_the_edge_cases():

@@ -7,7 +7,7 @@ import torch
 
 from alrp_d2.losses import NonFiniteInputError, alrp_loss, alrp_loss_terms, ap_loss, ap_loss_terms, loc_error
 
-from .loop_reference import alrp_loss_loop, ap_loss_loop
+from .loop_reference import alrp_loss_loop, ap_loss_loop, cached_reference
 from .ranking_cases import DEVICES, TOLERANCE, assert_relative, random_case
 
 
@@ -20,13 +20,16 @@ def run_alrp(logits, labels, errors, delta):
     return loss_cls, loss_loc, grad_logits, grad_errors
 
 
+@pytest.mark.usefixtures("ranking_path")
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("seed", range(40))
 def test_alrp_matches_loop_reference(seed, dtype, device):
     logits, labels, errors, delta = random_case(seed, dtype, device)
     loss_cls, loss_loc, grad_logits, grad_errors = run_alrp(logits, labels, errors, delta)
-    ref_cls, ref_loc, ref_grad_logits, ref_grad_errors = alrp_loss_loop(logits.cpu(), labels.cpu(), errors.cpu(), delta)
+    ref_cls, ref_loc, ref_grad_logits, ref_grad_errors = cached_reference(
+        ("alrp", seed, dtype), lambda: alrp_loss_loop(logits.cpu(), labels.cpu(), errors.cpu(), delta)
+    )
     rtol = TOLERANCE[dtype]
     assert loss_cls.dtype == dtype and loss_loc.dtype == dtype
     assert_relative(loss_cls, ref_cls, rtol)
@@ -35,6 +38,7 @@ def test_alrp_matches_loop_reference(seed, dtype, device):
     assert_relative(grad_errors, ref_grad_errors, rtol)
 
 
+@pytest.mark.usefixtures("ranking_path")
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("seed", range(40))
@@ -43,11 +47,14 @@ def test_ap_matches_loop_reference(seed, dtype, device):
     logits = logits.clone().requires_grad_(True)
     loss = ap_loss(logits, labels, delta=delta)
     (grad,) = torch.autograd.grad(loss, [logits])
-    ref_loss, ref_grad = ap_loss_loop(logits.detach().cpu(), labels.cpu(), delta)
+    ref_loss, ref_grad = cached_reference(
+        ("ap", seed, dtype), lambda: ap_loss_loop(logits.detach().cpu(), labels.cpu(), delta)
+    )
     assert_relative(loss, ref_loss, TOLERANCE[dtype])
     assert_relative(grad, ref_grad, TOLERANCE[dtype])
 
 
+@pytest.mark.usefixtures("ranking_path")
 @pytest.mark.parametrize("delta", [1.0, 0.25])
 def test_single_positive_and_scores_equal_to_negatives(delta):
     logits = torch.tensor([0.0, 0.0, 0.0, 0.3, -0.3, 5.0, -5.0], dtype=torch.float64)
@@ -61,6 +68,7 @@ def test_single_positive_and_scores_equal_to_negatives(delta):
     assert grad_logits[5] == 0 and grad_logits[6] == 0
 
 
+@pytest.mark.usefixtures("ranking_path")
 def test_ignored_entries_do_not_change_anything():
     logits, labels, errors, delta = random_case(7, torch.float64, "cpu")
     extended_logits = torch.cat([logits, torch.tensor([100.0, -100.0, 0.0], dtype=torch.float64)])
@@ -73,6 +81,7 @@ def test_ignored_entries_do_not_change_anything():
     assert torch.all(extended[2][logits.numel() :] == 0)
 
 
+@pytest.mark.usefixtures("ranking_path")
 @pytest.mark.parametrize("seed", range(10))
 def test_theorem_2_balanced_gradients(seed):
     """Summed |gradient| over positives equals that over negatives (Theorem 2)."""
@@ -107,6 +116,7 @@ TOY_IOUS = {
 }
 
 
+@pytest.mark.usefixtures("ranking_path")
 @pytest.mark.parametrize("output", sorted(TOY_IOUS))
 def test_paper_toy_example(output):
     scores = torch.arange(10, 0, -1, dtype=torch.float64)
@@ -118,6 +128,7 @@ def test_paper_toy_example(output):
     assert round(loss_cls.item(), 2) == 0.36  # the classification component equals AP Loss
 
 
+@pytest.mark.usefixtures("ranking_path")
 def test_no_positive_gives_connected_zero():
     logits = torch.randn(50, requires_grad=True)
     labels = torch.zeros(50, dtype=torch.long)
@@ -135,6 +146,7 @@ def test_empty_input_gives_connected_zero():
     assert loss.item() == 0 and logits.grad.shape == (0,)
 
 
+@pytest.mark.usefixtures("ranking_path")
 def test_perfect_ranking_gives_zero_classification_gradient():
     logits = torch.tensor([5.0, 4.0, 3.5, -1.0, -2.0, 0.9], dtype=torch.float64, requires_grad=True)
     labels = torch.tensor([1, 1, 1, 0, 0, 0])
@@ -175,6 +187,7 @@ def test_invalid_inputs_raise():
         alrp_loss(logits, labels, torch.ones(2), eps=-1.0)
 
 
+@pytest.mark.usefixtures("ranking_path")
 def test_false_positives_below_eps_give_no_gradient():
     # The only negative sits just inside the band of the positive: N_FP = 1e-7 < eps.
     delta = 1.0
@@ -186,6 +199,7 @@ def test_false_positives_below_eps_give_no_gradient():
     assert 0 < loss_cls.item() < 1e-6
 
 
+@pytest.mark.usefixtures("ranking_path")
 def test_autocast_computes_in_float32():
     logits, labels, errors, delta = random_case(11, torch.float32, "cpu")
     half_logits = logits.bfloat16().requires_grad_(True)
@@ -244,6 +258,7 @@ def test_loc_error_degenerate_boxes_are_finite(kind):
     assert torch.all((error >= 0) & (error <= 2.0 + 1e-6))
 
 
+@pytest.mark.usefixtures("ranking_path")
 def test_huge_finite_logits_are_accepted():
     """Their sum overflows float32, but every logit is finite: no error, no NaN."""
     logits = torch.tensor([3e38, 3e38, -3e38, 1.0], requires_grad=True)

@@ -3,30 +3,17 @@ advanced indexing or ``gather``, which on the CPU wait for every intra-op thread
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import NamedTuple
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from alrp_d2.losses import alrp_loss, alrp_loss_indexed, ap_loss, rank_sort_loss
 from alrp_d2.losses.serial_indexing import take_rows
+from benchmarks.op_count import OperationCounter
 
 aten = torch.ops.aten
 THREAD_SPLITTING_GATHERS = {aten.index.Tensor, aten.gather.default}
-
-
-class OperationCounter(TorchDispatchMode):
-    """Counts the aten operations run inside it."""
-
-    def __init__(self):
-        super().__init__()
-        self.counts: Counter = Counter()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.counts[func] += 1
-        return func(*args, **(kwargs or {}))
 
 
 class RankingCase(NamedTuple):
@@ -62,6 +49,7 @@ LOSSES = {
 }
 
 
+@pytest.mark.usefixtures("ranking_path")
 @pytest.mark.parametrize("loss", sorted(LOSSES))
 def test_losses_make_no_thread_splitting_gather(loss):
     case = ranking_case(0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import NamedTuple, Optional, Tuple
 
+import torch
 from torch import Tensor
 
 from .error_driven import (
@@ -92,13 +93,14 @@ def _alrp_loss(inputs: RankingInputs, loc_errors: Tensor, delta: float, eps: flo
 
     def from_ranking(ranking: PositiveRanking) -> AlrpLossTerms:
         sorted_errors = ranking.sorted_positive_values(loc_errors).double()
-        errors = sorted_errors.detach()
         num_false_positives, rank = ranking.num_false_positives, ranking.rank
-        lrp_errors = (num_false_positives + errors + ranking.positive_relation_sum(errors)) / rank
+        # l(i) - l*(i) = (N_FP(i) + E_loc(i) + sum_{k != i} E_loc(k) H(x_ik)) / rank(i) - E_loc(i) / rank(i)
+        update = (num_false_positives + ranking.positive_relation_sum(sorted_errors.detach())) / rank
         loss_cls, positive_magnitude, negative_magnitude = ErrorDrivenRankingLoss.apply(
-            logits, ranking, lrp_errors, errors / rank, num_false_positives / rank, eps
+            logits, ranking, update, num_false_positives / rank, eps
         )
-        loss_loc = (ranking.step_cumsum(sorted_errors) / rank).mean()
+        # 1/|P| sum_i (sum_{k: s_k >= s_i} E_loc(k)) / rank(i) = 1/|P| sum_k E_loc(k) sum_{i: s_i <= s_k} 1 / rank(i)
+        loss_loc = torch.dot(sorted_errors, ranking.at_or_below_sums(rank.reciprocal())) / ranking.num_positives
         return AlrpLossTerms(
             nan_unless_finite(loss_cls, logits), loss_loc.to(dtype), positive_magnitude, negative_magnitude
         )

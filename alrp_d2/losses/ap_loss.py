@@ -87,9 +87,7 @@ def _ap_loss(inputs: RankingInputs, delta: float, gate: float, interpolated: boo
 
     def from_ranking(ranking: PositiveRanking) -> RankingLossOutput:
         errors = interpolated_errors(ranking) if interpolated else ranking.num_false_positives / ranking.rank
-        loss, positive_magnitude, negative_magnitude = ErrorDrivenRankingLoss.apply(
-            logits, ranking, errors, torch.zeros_like(errors), None, gate
-        )
+        loss, positive_magnitude, negative_magnitude = ErrorDrivenRankingLoss.apply(logits, ranking, errors, None, gate)
         return RankingLossOutput(nan_unless_finite(loss, logits), positive_magnitude, negative_magnitude)
 
     return inputs.loss_terms(delta, None, without_positives, from_ranking)

@@ -52,11 +52,11 @@ def check_hyperparameters(delta: float, eps: float, unit_step: bool = False) -> 
 
 def nan_unless_finite(loss: Tensor, logits: Tensor) -> Tensor:
     """``loss``, or NaN when a logit is NaN or infinite, without a host synchronisation (the
-    smallest and largest logit carry any NaN or inf), so that a training loop stops on it."""
+    smallest and largest logit carry any NaN or inf, and 0 times either is NaN), so that a training loop stops
+    on it."""
     if logits.numel() == 0:
         return loss
-    finite = torch.isfinite(torch.stack(torch.aminmax(logits.detach()))).all()
-    return torch.where(finite, loss, torch.nan)
+    return loss + (torch.stack(torch.aminmax(logits.detach())) * 0).sum()
 
 
 def zero_connected(tensor: Tensor, dtype: torch.dtype) -> Tensor:
@@ -72,12 +72,12 @@ class ErrorDrivenRankingLoss(torch.autograd.Function):
         dL/ds_i = -(l(i) - l*(i)) / Z                       for a positive i   (line 4)
         dL/ds_j = sum_i (l(i) - l*(i)) H(x_ij) / N_FP(i) / Z for a negative j   (line 4)
 
-    As in App. E line 28, a positive with N_FP(i) < eps neither receives nor distributes a
-    gradient. The returned value is ``1/Z sum_i loss_terms(i)``; ``loss_terms`` defaults to
-    ``errors`` and lets a loss report one component of itself (aLRP's classification part,
-    Eq. 11) while carrying the score gradient of the whole (App. F.3). ``extra_positive_grad``
-    (per positive, already divided by Z, not gated) is added to the positives' gradients: the
-    update of a second error among the positives, such as RS Loss's sorting error.
+    ``update`` is ``l(i) - l*(i)`` (line 3). As in App. E line 28, a positive with N_FP(i) < eps neither
+    receives nor distributes a gradient. The returned value is ``1/Z sum_i loss_terms(i)``; ``loss_terms``
+    defaults to ``update`` (a target of 0) and lets a loss report one component of itself (aLRP's
+    classification part, Eq. 11) while carrying the score gradient of the whole (App. F.3).
+    ``extra_positive_grad`` (per positive, already divided by Z, not gated) is added to the positives'
+    gradients: the update of a second error among the positives, such as RS Loss's sorting error.
 
     In a global ranking (``ranking.exchange`` set) P holds every worker's positives and the
     loss is the global one on every worker; the logits receive their gradient multiplied by
@@ -86,7 +86,7 @@ class ErrorDrivenRankingLoss(torch.autograd.Function):
 
     The forward does not pass over the logits; the backward writes their gradient in one pass.
 
-    Call as ``ErrorDrivenRankingLoss.apply(logits, ranking, errors, targets, loss_terms, eps[,
+    Call as ``ErrorDrivenRankingLoss.apply(logits, ranking, update, loss_terms, eps[,
     extra_positive_grad])`` with per-positive tensors in the ranking's sorted order. Returns
     ``(loss, positive_gradient_magnitude, negative_gradient_magnitude)``; only ``loss`` is
     differentiable, with respect to ``logits``.
@@ -97,44 +97,47 @@ class ErrorDrivenRankingLoss(torch.autograd.Function):
         ctx: Any,
         logits: Tensor,
         ranking: PositiveRanking,
-        errors: Tensor,
-        targets: Tensor,
+        update: Tensor,
         loss_terms: Optional[Tensor],
         eps: float,
         extra_positive_grad: Optional[Tensor] = None,
     ) -> Tuple[Tensor, Tensor, Tensor]:
         normaliser = ranking.num_positives
-        update = errors - targets  # -(Delta x_ij) / p(j|i), line 3
-        active = ranking.num_false_positives >= eps
-        positive_grad = torch.where(active, -update, 0.0) / normaliser
+        # The gate of line 28 (update is finite wherever it closes: N_FP < eps and rank >= 1).
+        shares = update * (ranking.num_false_positives >= eps)
+        positive_grad = shares / -normaliser
         if extra_positive_grad is not None:
             positive_grad = positive_grad + extra_positive_grad
-        distributed = torch.where(active, update / ranking.num_false_positives.clamp_min(eps), 0.0) / normaliser
+        distributed = shares / ranking.num_false_positives.clamp_min(eps) / normaliser
         dtype = output_dtype(logits)
         local_positive_grad = (
             positive_grad if ranking.local_slot is None else take_rows(positive_grad, ranking.local_slot)
         )
 
-        # The negatives' gradient is written in the backward, in one pass over the logits.
+        # The negatives' gradient is written in the backward, in one pass over the logits, from the
+        # coefficients of sum_i w_i H(x_ij) per gap (linear in w: the backward scales them).
+        coefficients = ranking.negative_coefficients(distributed)
         ctx.shape = logits.shape
         ctx.dtype = dtype
         ctx.scale = ranking.gradient_scale
         ctx.ranking = ranking
-        ctx.save_for_backward(distributed, local_positive_grad)
-        terms = errors if loss_terms is None else loss_terms
-        loss = (terms.sum() / normaliser).to(dtype)
+        ctx.save_for_backward(coefficients, local_positive_grad)
+        loss = (update if loss_terms is None else loss_terms).mean().to(dtype)
         positive_magnitude = torch.linalg.vector_norm(positive_grad, 1).to(dtype)
         # Every negative's gradient sum_i w_i H(x_ij) is >= 0 (the shares w_i are), so its magnitude is
         # its value, summed over the negatives of every worker from their gap totals.
-        negative_magnitude = ranking.negative_relation_total(distributed).to(dtype)
+        negative_magnitude = ranking.negative_relation_total(coefficients).to(dtype)
         ctx.mark_non_differentiable(positive_magnitude, negative_magnitude)
+        ctx.set_materialize_grads(False)  # the magnitudes' gradients are never needed: no zeros for them
         return loss, positive_magnitude, negative_magnitude
 
     @staticmethod
-    def backward(ctx: Any, grad_loss: Tensor, *unused: Tensor) -> Tuple[Optional[Tensor], ...]:
-        distributed, positive_grad = ctx.saved_tensors
+    def backward(ctx: Any, grad_loss: Optional[Tensor], *unused: Optional[Tensor]) -> Tuple[Optional[Tensor], ...]:
+        if grad_loss is None:
+            return None, None, None, None, None, None
+        coefficients, positive_grad = ctx.saved_tensors
         ranking = ctx.ranking
-        scale = (grad_loss * ctx.scale).double()
-        grad = ranking.negative_relation_sum(distributed * scale, ctx.dtype)
+        scale = grad_loss.double() if ctx.scale == 1.0 else grad_loss.double() * ctx.scale
+        grad = ranking.negative_relation_sum(coefficients * scale, ctx.dtype)
         grad.index_copy_(0, ranking.positive_index, (positive_grad * scale).to(ctx.dtype))
-        return grad.view(ctx.shape), None, None, None, None, None, None
+        return grad.view(ctx.shape), None, None, None, None, None

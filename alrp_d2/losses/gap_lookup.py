@@ -30,12 +30,12 @@ float64; a NaN value lands in cell 0, an infinite one in the first or last cell.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import torch
 from torch import Tensor
 
-__all__ = ["GapLookup", "round_to_dtype"]
+__all__ = ["GapLookup", "LookupBuffers", "round_to_dtype"]
 
 #: Grid cells per edge: more cells hold fewer edges each (fewer search steps), in a table of 4 bytes per cell.
 CELLS_PER_EDGE = 16
@@ -48,6 +48,30 @@ def round_to_dtype(values: Tensor, dtype: torch.dtype, up: bool) -> Tensor:
     if up:
         return torch.where(rounded.double() < values, torch.nextafter(rounded, rounded.new_tensor(torch.inf)), rounded)
     return torch.where(rounded.double() > values, torch.nextafter(rounded, rounded.new_tensor(-torch.inf)), rounded)
+
+
+class LookupBuffers(NamedTuple):
+    """The workspace of one lookup, one entry per value: allocated once for the largest chunk and cut to each
+    chunk's length with :meth:`first`, so that a pass over the logits allocates nothing per chunk.
+
+    Attributes:
+        position: compute dtype, the gaps found (whole numbers).
+        scratch: compute dtype, overwritten.
+        cells: int32, the cells, then the search's gather positions.
+    """
+
+    position: Tensor
+    scratch: Tensor
+    cells: Tensor
+
+    @staticmethod
+    def allocate(size: int, compute: torch.dtype, device: torch.device) -> LookupBuffers:
+        position, scratch = torch.empty(2, size, dtype=compute, device=device)
+        return LookupBuffers(position, scratch, torch.empty(size, dtype=torch.int32, device=device))
+
+    def first(self, count: int) -> LookupBuffers:
+        """The buffers of the first ``count`` values (views)."""
+        return LookupBuffers(self.position[:count], self.scratch[:count], self.cells[:count])
 
 
 @dataclass(frozen=True)
@@ -86,9 +110,9 @@ class GapLookup:
         width = (upper - lower).double()
         scale = torch.where(width > 0, num_cells / width, 0.0).to(compute)
         unsearched = GapLookup(lower, scale, edges.new_zeros(num_cells, dtype=torch.int32), rounded, 0, inclusive)
-        cell = torch.empty(len(edges), dtype=torch.int32, device=edges.device)
+        buffers = LookupBuffers.allocate(len(edges), compute, edges.device)
         # Padding goes past the last cell, so that no cell counts it.
-        edge_cells = torch.where(real, unsearched.cells(rounded, rounded.clone(), cell), num_cells)
+        edge_cells = torch.where(real, unsearched.cells(rounded, buffers), num_cells)
         first = torch.searchsorted(edge_cells, torch.arange(num_cells + 1, device=edges.device))
         fullest = int((first[1:] - first[:-1]).max())  # the one host synchronisation
         steps = max(fullest, 1).bit_length()
@@ -100,20 +124,21 @@ class GapLookup:
     def num_cells(self) -> int:
         return self.first.numel()
 
-    def cells(self, values: Tensor, scratch: Tensor, out: Tensor) -> Tensor:
-        """cell(x) of every value (compute dtype), written to ``out`` (int32; ``scratch``: compute dtype,
+    def cells(self, values: Tensor, buffers: LookupBuffers) -> Tensor:
+        """cell(x) of every value (compute dtype), written to ``buffers.cells`` (``buffers.scratch`` is
         overwritten); a NaN goes to cell 0."""
-        torch.sub(values, self.lower, out=scratch)
+        scratch = torch.sub(values, self.lower, out=buffers.scratch)
         scratch.mul_(self.scale).clamp_(0, self.num_cells - 1)
-        return out.copy_(scratch).clamp_(0, self.num_cells - 1)  # a NaN becomes a number out of range
+        return buffers.cells.copy_(scratch).clamp_(0, self.num_cells - 1)  # a NaN becomes a number out of range
 
-    def gaps(self, values: Tensor, out: Tensor, scratch: Tensor, index: Tensor) -> Tensor:
-        """The gap of every value (compute dtype), written to ``out`` (compute dtype, whole numbers);
-        ``scratch`` (compute dtype) and ``index`` (int32) are workspace of the values' shape.
+    def gaps(self, values: Tensor, buffers: LookupBuffers) -> Tensor:
+        """The gap of every value (compute dtype), written to ``buffers.position`` (compute dtype, whole numbers;
+        the buffers hold one entry per value).
 
         The search runs on floating-point positions (exact: the edges are fewer than 2^24) and
         comparisons written as 0 or 1 in place, which need no conversion of a bool tensor."""
-        torch.index_select(self.first, 0, self.cells(values, scratch, index), out=out)
+        out, scratch, index = buffers
+        torch.index_select(self.first, 0, self.cells(values, buffers), out=out)
         for level in reversed(range(self.steps)):
             # The window [out, out + 2 half - 1) keeps its upper half where its middle edge is below the value.
             half = 1 << level

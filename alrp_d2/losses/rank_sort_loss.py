@@ -30,7 +30,7 @@ relation sums in O(N + P log P), ``A, B, D, E`` and the positives' sorting gradi
 from __future__ import annotations
 
 import math
-from typing import NamedTuple, Optional, Tuple
+from typing import NamedTuple, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -41,7 +41,7 @@ from .ranking_inputs import RankingInputs
 from .ranking_statistics import RankingStatistics
 from .relation_sums import PositiveRanking
 from .serial_indexing import take_rows
-from .sorting_relations import SortingRelations
+from .sorting_relations import DenseSortingRelations, SortingRelations, sorting_relations
 
 __all__ = [
     "RankSortLossTerms",
@@ -111,12 +111,12 @@ def _rank_sort_loss(inputs: RankingInputs, positive_targets: Tensor, delta: floa
 
     def from_ranking(ranking: PositiveRanking) -> RankSortLossTerms:
         sorted_targets = ranking.sorted_positive_values(positive_targets).double()
-        relations = SortingRelations.build(ranking.positive_scores, sorted_targets, delta)
+        relations = sorting_relations(ranking, sorted_targets)
         ranking_errors, sorting_errors, sorting_grad = _errors_and_sorting_update(ranking, relations, eps)
         # ErrorDrivenRankingLoss gates with N_FP >= gate: the next float above eps makes it N_FP > eps.
         gate = math.nextafter(eps, math.inf)
         ranking_loss, positive_magnitude, negative_magnitude = ErrorDrivenRankingLoss.apply(
-            logits, ranking, ranking_errors, torch.zeros_like(ranking_errors), None, gate, sorting_grad
+            logits, ranking, ranking_errors, None, gate, sorting_grad
         )
         sorting_loss = sorting_errors.mean().to(output_dtype(logits)) + 0.0 * ranking_loss
         return RankSortLossTerms(
@@ -143,14 +143,15 @@ def rank_sort_loss_terms(
 
 
 def _errors_and_sorting_update(
-    ranking: PositiveRanking, relations: SortingRelations, eps: float
+    ranking: PositiveRanking, relations: Union[SortingRelations, DenseSortingRelations], eps: float
 ) -> Tuple[Tensor, Tensor, Tensor]:
     """``l_R``, ``l_S`` and the sorting update of every sorted positive: ``-l_S(i)`` where
     ``D(i) > eps``, plus the share ``l_S(i) H(x_ik) / D(i)`` of every ``i`` with ``t_i > t_k``, over |P|."""
     targets = relations.targets
     weights = torch.stack([torch.ones_like(targets), 1.0 - targets], 1)
-    at_least, at_least_weighted = relations.at_least_target_sums(weights).unbind(1)
-    smaller, smaller_weighted = relations.smaller_target_sums(weights).unbind(1)
+    at_least_sums, smaller_sums = relations.target_split_sums(weights)
+    at_least, at_least_weighted = at_least_sums.unbind(1)
+    smaller, smaller_weighted = smaller_sums.unbind(1)
     rank_positive = at_least + smaller
     num_false_positives = ranking.num_false_positives
     ranking_errors = num_false_positives / (rank_positive + num_false_positives)

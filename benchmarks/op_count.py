@@ -1,0 +1,150 @@
+"""Operations one forward and backward of each ranking loss dispatches: on an accelerator each is a kernel launch.
+
+    python benchmarks/op_count.py                       # the accelerator path at 32,768 logits, P = 500 / 1,500 / 4,096
+    python benchmarks/op_count.py --path scan           # the CPU's path (labelled)
+    python benchmarks/op_count.py --cases 4000000:1500 --by-operation
+    python benchmarks/op_count.py --previous-repo /tmp/previous   # another checkout's losses (labelled), as they run
+
+Prints one line per case, ``<loss> P=<P> ops=<n>`` (loss in alrp, ap, rank_sort), for the path chosen by
+``--path`` (``dense``, the path a CUDA device takes, by default; see :mod:`alrp_d2.losses.ranking_path`), forced on
+whatever ``--device`` runs it, so that a CPU counts what a GPU would launch. The counter
+(:class:`OperationCounter`) sees every aten operation dispatched inside it, forward and backward, except views
+(``view``, ``reshape`` of a contiguous tensor, slicing, ...) and allocations without a kernel (``empty``,
+``empty_strided``, ``empty_like``), which launch nothing. The inputs are those of ``benchmarks/loss_speed.py`` and
+``benchmarks/rank_sort_speed.py`` (start-of-training logits, 5 % ignored) through the index API, as the detection
+heads call the losses: aLRP Loss with delta 1, AP Loss interpolated as the official one, Rank & Sort Loss with
+delta 0.5. ``tests/test_ranking_path.py`` asserts the bounds of the dense path with this counter. ``--previous-repo``
+counts the losses of another checkout of this project (``git archive REV | tar -x -C DIR``), loaded under another
+name (``benchmarks/reference_losses.load_previous``), on whatever path it takes on ``--device``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import types
+from collections import Counter
+from typing import Callable, Dict, List, Optional, Tuple
+
+import torch
+from torch import Tensor
+from torch.utils._python_dispatch import TorchDispatchMode
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from alrp_d2 import losses as our_losses  # noqa: E402
+from alrp_d2.losses.ranking_path import PATHS, forced_path  # noqa: E402
+from benchmarks.reference_losses import load_previous  # noqa: E402
+
+aten = torch.ops.aten
+
+#: Allocations that launch no kernel.
+EMPTY_ALLOCATIONS = {
+    aten.empty.memory_format,
+    aten.empty_strided.default,
+    aten.empty_like.default,
+    aten.new_empty.default,
+    aten.new_empty_strided.default,
+}
+LOSSES = ("alrp", "ap", "rank_sort")
+CASES = ["32768:500", "32768:1500", "32768:4096"]
+
+
+class OperationCounter(TorchDispatchMode):
+    """Counts the aten operations dispatched inside it (forward and backward), views and empty allocations aside."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.counts: Counter = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if not func.is_view and func not in EMPTY_ALLOCATIONS:
+            self.counts[func] += 1
+        return func(*args, **(kwargs or {}))
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+def make_case(num_logits: int, num_positives: int, device: str, seed: int = 0) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """(logits, positive_index, positive targets in (0, 1], valid): the benchmarks' start-of-training inputs."""
+    gen = torch.Generator().manual_seed(seed)
+    logits = torch.randn(num_logits, generator=gen) * 0.5 - 4.6
+    valid = torch.ones(num_logits, dtype=torch.bool)
+    valid[torch.randperm(num_logits, generator=gen)[: num_logits // 20]] = False
+    positives = torch.randperm(num_logits, generator=gen)[:num_positives]
+    valid[positives] = True
+    logits[positives] += 0.5
+    targets = 1.0 - torch.rand(num_positives, generator=gen)
+    return logits.to(device), positives.to(device), targets.to(device), valid.to(device)
+
+
+def loss_call(
+    loss: str, logits: Tensor, positives: Tensor, targets: Tensor, valid: Tensor, losses: types.ModuleType = our_losses
+) -> Callable[[], None]:
+    """One forward and backward of ``loss`` of the package ``losses`` (its classification / ranking component
+    drives the logits)."""
+
+    def run() -> None:
+        leaf = logits.detach().requires_grad_(True)
+        if loss == "alrp":
+            errors = targets.detach().requires_grad_(True)
+            terms = losses.alrp_loss_indexed(leaf, positives, errors, valid, delta=1.0)
+            (terms.loss_cls + terms.loss_loc).backward()
+        elif loss == "ap":
+            losses.ap_loss_indexed(leaf, positives, valid, eps=None, interpolated=True).loss.backward()
+        else:
+            terms = losses.rank_sort_loss_indexed(leaf, positives, targets, valid, delta=0.5)
+            (terms.ranking_loss + terms.sorting_loss).backward()
+
+    return run
+
+
+def count_operations(
+    loss: str, num_logits: int, num_positives: int, path: Optional[str], device: str = "cpu", previous: str = ""
+) -> OperationCounter:
+    """The operations of one forward and backward of ``loss`` on ``path`` (None: by device) after one uncounted
+    warm-up call; ``previous``: the checkout whose losses to count (``""``: this one's)."""
+    losses = load_previous(previous) if previous else our_losses
+    run = loss_call(loss, *make_case(num_logits, num_positives, device), losses=losses)
+    with forced_path(path) if path is not None else contextlib.nullcontext():
+        run()
+        with OperationCounter() as counter:
+            run()
+    return counter
+
+
+def parse_cases(cases: List[str]) -> List[Tuple[int, int]]:
+    return [(int(m), int(p)) for m, p in (case.split(":") for case in cases)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--path", default="dense", choices=PATHS[1:], help="the ranking path counted")
+    parser.add_argument("--device", default="cpu", help="where the losses run (the count does not depend on it)")
+    parser.add_argument("--losses", nargs="+", default=list(LOSSES), choices=LOSSES)
+    parser.add_argument("--cases", nargs="+", default=CASES, help="M:P, the numbers of logits and positives")
+    parser.add_argument("--by-operation", action="store_true", help="also print the count of every operation")
+    parser.add_argument("--previous-repo", default="", help="count another checkout's losses, on their own path")
+    args = parser.parse_args()
+    path = None if args.previous_repo else args.path
+    label = " previous" if args.previous_repo else "" if args.path == "dense" else f" path={args.path}"
+    for num_logits, num_positives in parse_cases(args.cases):
+        for loss in args.losses:
+            counter = count_operations(loss, num_logits, num_positives, path, args.device, args.previous_repo)
+            size = "" if num_logits == 32768 else f" M={num_logits}"
+            print(f"{loss} P={num_positives} ops={counter.total}{label}{size}")
+            if args.by_operation:
+                by_name: Dict[str, int] = Counter()
+                for func, count in counter.counts.items():
+                    by_name[str(func)] += count
+                print("   ", ", ".join(f"{name} {count}" for name, count in by_name.most_common()))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,54 @@
+"""The two paths of the ranking losses (``alrp_d2.losses.ranking_path``): which one a device takes, how to force one,
+and the accelerator path's bound on the operations of one forward and backward (each a kernel launch on a GPU),
+counted by the dispatch-mode counter of ``benchmarks/op_count.py``."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from alrp_d2.losses.ranking_path import ENVIRONMENT_VARIABLE, forced_path, ranking_path
+from benchmarks.op_count import count_operations
+
+#: The most operations the dense path may dispatch for one forward and backward at 32,768 logits (one chunk).
+BOUNDS = {"alrp": 100, "ap": 100, "rank_sort": 150}
+
+
+@pytest.mark.parametrize("num_positives", [500, 4096])
+@pytest.mark.parametrize("loss", sorted(BOUNDS))
+def test_dense_path_dispatches_few_operations(loss, num_positives):
+    counter = count_operations(loss, 32768, num_positives, "dense")
+    assert counter.total <= BOUNDS[loss], {str(op): count for op, count in counter.counts.most_common()}
+
+
+def test_dense_path_operations_do_not_grow_with_the_positives():
+    """No operation per positive: the same count at 50 and 4,096 positives."""
+    assert (
+        count_operations("rank_sort", 32768, 50, "dense").total
+        == count_operations("rank_sort", 32768, 4096, "dense").total
+    )
+
+
+def test_the_device_chooses_the_path_and_the_override_wins(monkeypatch):
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    monkeypatch.delenv(ENVIRONMENT_VARIABLE, raising=False)
+    assert (ranking_path(cpu), ranking_path(cuda)) == ("scan", "dense")
+    monkeypatch.setenv(ENVIRONMENT_VARIABLE, "dense")
+    assert ranking_path(cpu) == "dense"
+    with forced_path("scan"):
+        assert ranking_path(cuda) == "scan"
+        with forced_path("auto"):  # by device, whatever the environment says
+            assert ranking_path(cpu) == "scan"
+        assert ranking_path(cuda) == "scan"
+    assert ranking_path(cuda) == "dense"
+
+
+def test_an_unknown_path_is_named(monkeypatch):
+    monkeypatch.setenv(ENVIRONMENT_VARIABLE, "fast")
+    with pytest.raises(
+        ValueError, match=r"ALRP_D2_RANKING_PATH must be one of \('auto', 'scan', 'dense'\), got 'fast'"
+    ):
+        ranking_path(torch.device("cpu"))
+    with pytest.raises(ValueError, match="path must be one of"):
+        with forced_path("gpu"):
+            pass
