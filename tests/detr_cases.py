@@ -3,13 +3,9 @@ HF-style targets and matcher indices, with or without denoising groups; and 2-wo
 
 from __future__ import annotations
 
-import socket
-from datetime import timedelta
-from typing import Callable, Dict, List, NamedTuple, Sequence, Tuple
+from typing import Dict, List, NamedTuple, Sequence, Tuple
 
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import Tensor
 
 
@@ -85,25 +81,3 @@ def part(layer: Layer, images: slice) -> Layer:
         layer.targets[images],
         layer.image_sizes[images],
     )
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def spawn_gloo(world_size: int, worker: Callable, *args) -> None:
-    """Runs ``worker(rank, world_size, *args)`` in ``world_size`` gloo processes on 127.0.0.1."""
-    mp.spawn(_entry, args=(world_size, free_port(), worker, args), nprocs=world_size, join=True)
-
-
-def _entry(rank: int, world_size: int, port: int, worker: Callable, args: tuple) -> None:
-    torch.set_num_threads(1)
-    dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size, timeout=timedelta(seconds=60)
-    )
-    try:
-        worker(rank, world_size, *args)
-    finally:
-        dist.destroy_process_group()

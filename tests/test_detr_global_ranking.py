@@ -12,7 +12,8 @@ import torch
 
 from alrp_d2.detr import SetRankingLoss
 
-from .detr_cases import Layer, make_layer, part, spawn_gloo
+from .detr_cases import Layer, make_layer, part
+from .distributed_cases import spawn_workers
 
 WORLD_SIZE = 2
 #: (layer, the images of worker 0), the rest are worker 1's: a worker without objects, uneven shares, denoising groups.
@@ -61,7 +62,7 @@ def _worker(rank: int, world_size: int, out_dir: str) -> None:
 @pytest.fixture(scope="module")
 def worker_results(tmp_path_factory):
     out_dir = str(tmp_path_factory.mktemp("detr_global"))
-    spawn_gloo(WORLD_SIZE, _worker, out_dir)
+    spawn_workers(WORLD_SIZE, _worker, out_dir)
     return [torch.load(os.path.join(out_dir, f"rank{rank}.pt")) for rank in range(WORLD_SIZE)]
 
 

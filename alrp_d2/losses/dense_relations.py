@@ -96,8 +96,29 @@ def _mixing(delta: float, device: torch.device) -> Tensor:
     return torch.tensor([[0.5, 0.5, -c, c], [c, -c, 0.0, 0.0]], dtype=torch.float64, device=device)
 
 
+class StepEdges:
+    """What the band edges of both paths (:class:`DenseEdges`, :class:`~alrp_d2.losses.relation_sums.BandEdges`)
+    derive from their ``delta`` (the smoothness of H, App. E Eq. 14) and their 2P ``edges``."""
+
+    delta: float
+    edges: Tensor
+
+    @property
+    def num_gaps(self) -> int:
+        return self.edges.numel() + 1
+
+    @property
+    def unit_step(self) -> bool:
+        return self.delta == 0
+
+    @property
+    def self_relation(self) -> float:
+        """H(0): 0.5 for the smoothed step, 1 for the unit step (``delta = 0``)."""
+        return 1.0 if self.unit_step else 0.5
+
+
 @dataclass(frozen=True)
-class DenseEdges:
+class DenseEdges(StepEdges):
     """The 2P band edges of the sorted positive scores, ties kept, and where the positives and the gaps stand
     among them (module docstring); the interface of :class:`alrp_d2.losses.relation_sums.BandEdges`, on the
     logits' own scale (no shift).
@@ -134,19 +155,6 @@ class DenseEdges:
         band_constant = matrix.scaled if delta == 0 else 0.5 - matrix.scaled
         query_gaps = torch.searchsorted(edges, bounds)
         return DenseEdges(delta, sorted_scores, edges, query_gaps, gap_ends, matrix, band_constant)
-
-    @property
-    def num_gaps(self) -> int:
-        return self.edges.numel() + 1
-
-    @property
-    def unit_step(self) -> bool:
-        return self.delta == 0
-
-    @property
-    def self_relation(self) -> float:
-        """H(0): 0.5 for the smoothed step, 1 for the unit step (``delta = 0``)."""
-        return 1.0 if self.unit_step else 0.5
 
     def locate(self, values: Tensor, out: Optional[Tensor] = None) -> Tensor:
         """The gap of every float64 value (int32, written to ``out`` when given)."""

@@ -44,7 +44,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .dense_relations import DenseEdges
+from .dense_relations import DenseEdges, StepEdges
 from .gap_lookup import GapLookup
 from .negative_scan import DenseNegatives, ScanNegatives
 from .ranking_path import ranking_path
@@ -66,7 +66,7 @@ def _exclusive_cumsum(x: Tensor) -> Tensor:
 
 
 @dataclass(frozen=True)
-class BandEdges:
+class BandEdges(StepEdges):
     """The distinct sorted band edges ``q_i -/+ delta`` of the sorted positive scores ``q``.
 
     A source in gap ``g`` (``g`` distinct edges below it; at or below it for the unit step) lies fully
@@ -104,19 +104,6 @@ class BandEdges:
         above_end, band_end = torch.cumsum(counts, 1)
         positive_gap = torch.searchsorted(edges, sorted_scores, right=delta == 0)
         return BandEdges(delta, sorted_scores, positive_gap, edges, above_end, band_end)
-
-    @property
-    def num_gaps(self) -> int:
-        return self.edges.numel() + 1
-
-    @property
-    def unit_step(self) -> bool:
-        return self.delta == 0
-
-    @property
-    def self_relation(self) -> float:
-        """H(0): 0.5 for the smoothed step, 1 for the unit step (``delta = 0``)."""
-        return 1.0 if self.unit_step else 0.5
 
     def lookup(self, offset: Tensor, dtype: torch.dtype) -> GapLookup:
         """The grid that finds the gap of a value of ``dtype`` minus ``offset`` (0-d float64) in O(1)."""

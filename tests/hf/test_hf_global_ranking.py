@@ -18,7 +18,7 @@ import torch.distributed as dist
 
 from alrp_d2.detr import use_ranking_loss
 
-from ..detr_cases import spawn_gloo
+from ..distributed_cases import spawn_workers
 from .tiny_detrs import fixed_batch, seeded_forward, tiny_detr
 
 WORLD_SIZE = 2
@@ -102,4 +102,4 @@ def test_two_workers_rank_and_normalise_as_one_process():
         "deformable_detr_two_stage": deformable_detr_result(fixed_batch(WORLD_SIZE)),
         "rt_detr": rt_detr_result(outputs, slice(0, WORLD_SIZE)),
     }
-    spawn_gloo(WORLD_SIZE, worker, expected, outputs)
+    spawn_workers(WORLD_SIZE, worker, expected, outputs)
