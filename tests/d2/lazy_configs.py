@@ -47,6 +47,7 @@ FLAGSHIPS = {
     "ViTDet/rs_mask_rcnn_vitdet_b_100ep.py": _tiny_vit,
     "LVISv1-InstanceSegmentation/rs_mask_rcnn_R_50_FPN_1x.py": lambda cfg: cfg,
     "COCO-Detection/rs_cascade_rcnn_R_50_FPN_1x.py": lambda cfg: cfg,
+    "quickstart/rs_mask_rcnn_switch_shapes.py": lambda cfg: cfg,
 }
 # The widths of the full configs and the tests': the FPN and its heads, the box head's fully connected layers.
 WIDTHS = {256: 32, 1024: 64}

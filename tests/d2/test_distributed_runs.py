@@ -75,9 +75,10 @@ def marked_processes(token: str) -> Dict[int, int]:
     return found
 
 
-def left_behind(token: str, grace_s: float = 10.0) -> Dict[int, int]:
+def left_behind(token: str, grace_s: float = 30.0) -> Dict[int, int]:
     """The processes of ``token`` still alive ``grace_s`` seconds after the run ended (multiprocessing's
-    resource tracker exits shortly after the launcher)."""
+    resource tracker exits shortly after the launcher; on a loaded machine a process spawned just before its parent
+    died is still importing torch for several seconds before its parent check ends it)."""
     deadline = time.monotonic() + grace_s
     while marked_processes(token) and time.monotonic() < deadline:
         time.sleep(0.2)
