@@ -203,16 +203,19 @@ def test_unusable_demo_numbers_are_usage_errors(capsys, option, value, expected)
     assert f"argument {option}: {value} is not a finite number in {expected}" in capsys.readouterr().err
 
 
-def test_demo_checks_only_the_test_set_and_names_opts_in_its_advice(tmp_path, capfd):
-    """demo.py draws with the weights' classes: DATASETS.TRAIN (here 1 class, the model 5) is not its business."""
+def test_demo_checks_only_the_test_set_and_names_opts_in_its_advice(tmp_path, capfd, caplog):
+    """demo.py draws with the weights' classes: DATASETS.TRAIN (here 1 class, the model 5) is not its business. (Its
+    log reaches the terminal or, once another test has set the project's logger up, pytest's log capture.)"""
     (tmp_path / "images").mkdir()
     spec = ["--dataset", "one_class", coco_file(tmp_path), str(tmp_path / "images")]
     base = ["--config-file", "configs/quickstart/alrp_retinanet_shapes.yaml", "--output", str(tmp_path / "out")]
     base += ["--input", str(tmp_path / "missing.png"), *spec, "--opts", "MODEL.RETINANET.NUM_CLASSES", "5"]
     assert demo_module.main(base + ["DATASETS.TRAIN", "('one_class',)", "DATASETS.TEST", "()"]) == 1  # missing input
     capfd.readouterr()
+    caplog.clear()
     assert demo_module.main(base + ["DATASETS.TEST", "('one_class',)"]) == 2
-    assert "add `MODEL.RETINANET.NUM_CLASSES 1` to --opts" in capfd.readouterr().out
+    printed = capfd.readouterr()
+    assert "add `MODEL.RETINANET.NUM_CLASSES 1` to --opts" in printed.out + printed.err + caplog.text
 
 
 # ---- checkpoints -----------------------------------------------------------------------------------------------
