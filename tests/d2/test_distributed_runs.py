@@ -75,10 +75,11 @@ def marked_processes(token: str) -> Dict[int, int]:
     return found
 
 
-def left_behind(token: str, grace_s: float = 30.0) -> Dict[int, int]:
+def left_behind(token: str, grace_s: float = RUN_LIMIT_S) -> Dict[int, int]:
     """The processes of ``token`` still alive ``grace_s`` seconds after the run ended (multiprocessing's
-    resource tracker exits shortly after the launcher; on a loaded machine a process spawned just before its parent
-    died is still importing torch for several seconds before its parent check ends it)."""
+    resource tracker exits shortly after the launcher; a loader worker spawned just before its rank died first
+    imports torch, detectron2 and alrp_d2 to unpickle its dataset, then its parent check ends it: on CI's two
+    loaded cores, with four workers starting at once, that took over 30 s)."""
     deadline = time.monotonic() + grace_s
     while marked_processes(token) and time.monotonic() < deadline:
         time.sleep(0.2)
