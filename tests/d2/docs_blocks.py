@@ -95,6 +95,19 @@ def page_blocks(page: Path) -> Iterator[Block]:
         number = end + 1
 
 
+#: An inline code span that is a command: optional ``NAME=value`` settings, then python, python3 or uv run.
+INLINE_COMMAND = re.compile(r"`((?:[A-Z_]+=\S+ )*(?:python3? |uv run )[^`]+)`")
+
+
+def inline_commands(page: Path) -> Iterator[tuple[int, str]]:
+    """(line, command) of every inline command of a page that is not a template (``<config>``, ``...``)."""
+    text = page.read_text()
+    for match in INLINE_COMMAND.finditer(text):
+        command = " ".join(match.group(1).split())
+        if "<" not in command and "..." not in command:
+            yield text.count("\n", 0, match.start()) + 1, command
+
+
 def all_blocks() -> List[Block]:
     return [block for page in PAGES for block in page_blocks(page)]
 

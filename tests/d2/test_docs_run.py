@@ -20,7 +20,17 @@ from alrp_d2.config import setup_cfg
 from alrp_d2.data.shapes import prepare_shapes_dataset
 from alrp_d2.engine.lazy_trainer import load_lazy_config
 
-from .docs_blocks import GIVEN, MODES, REPO_ROOT, Block, all_blocks, marking_problems, page_blocks
+from .docs_blocks import (
+    GIVEN,
+    MODES,
+    PAGES,
+    REPO_ROOT,
+    Block,
+    all_blocks,
+    inline_commands,
+    marking_problems,
+    page_blocks,
+)
 
 SHIM = Path(__file__).resolve().parent / "docs_shim.py"
 #: The tiny shapes dataset of the scratch HOME (~/.cache/alrp_d2/datasets, the quickstarts' default root).
@@ -181,7 +191,7 @@ def load_script(name: str):
     return module
 
 
-def check_python_command(arguments: List[str], cwd: Path) -> None:
+def check_python_command(arguments: List[str], cwd: Path, load_config: bool = True) -> None:
     """A ``python ...`` command of a docs block parses: code compiles, a test path exists, a script of this repository
     exists and knows the options given; train_net.py and demo.py parse their arguments and load their config with
     its overrides."""
@@ -190,23 +200,26 @@ def check_python_command(arguments: List[str], cwd: Path) -> None:
         return
     if arguments[0] == "-m":
         if arguments[1] == "pytest":
-            for path in (a.split("::")[0] for a in arguments[2:] if not a.startswith("-")):
+            paths = [a.split("::")[0] for a in arguments[2:] if not a.startswith("-") and ("/" in a or ".py" in a)]
+            for path in paths:
                 assert (cwd / path).exists(), f"python -m pytest: no {path}"
         return
     script = arguments[0]
     if not (cwd / Path(script).parts[0]).exists():
         return  # another repository's script (e.g. a detectron2 clone's tools/)
     assert (cwd / script).is_file(), f"no script {script}"
+    assert not any(a.startswith("[") for a in arguments), "[...] is no shell syntax: the script gets the brackets"
     if script == "train_net.py":
         args = load_script("train_net.py").get_parser().parse_args(arguments[1:])
         config = str(cwd / args.config_file)
-        if config.endswith(".py"):
+        if load_config and config.endswith(".py"):
             load_lazy_config(config, args.opts)
-        else:
+        elif load_config:
             setup_cfg(config, args.opts)
     elif script == "demo.py":
         args = load_script("demo.py").get_parser().parse_args(arguments[1:])
-        setup_cfg(str(cwd / args.config_file), args.opts)
+        if load_config:
+            setup_cfg(str(cwd / args.config_file), args.opts)
     else:
         check_options(cwd / script, arguments[1:])
 
@@ -218,10 +231,10 @@ def check_options(script: Path, arguments: List[str]) -> None:
         assert re.search(rf"(?<![\w-]){re.escape(option)}(?![\w-])", source), f"{script.name} has no option {option}"
 
 
-def check_command(command: dict, cwd: Path) -> None:
+def check_command(command: dict, cwd: Path, load_config: bool = True) -> None:
     program, arguments = command["program"], command["arguments"]
     if program == "python":
-        check_python_command(arguments, cwd)
+        check_python_command(arguments, cwd, load_config)
     elif program == "bash":
         assert (cwd / arguments[0]).is_file(), f"no script {arguments[0]}"
         check_options(cwd / arguments[0], arguments[1:])
@@ -252,6 +265,23 @@ def test_the_commands_of_every_other_block_parse(scratch):
         except Exception as error:
             failures.append(f"{block.name}: {type(error).__name__}: {error}")
     assert not failures, "\n\n".join(failures)
+
+
+def test_the_inline_commands_parse(scratch):
+    """Each inline command (docs_blocks.INLINE_COMMAND) through the shims like a block's, checked without loading its
+    config."""
+    failures = []
+    for page in PAGES:
+        for line, text in inline_commands(page):
+            before = len(scratch.commands())
+            result = scratch.bash(text, "check")
+            try:
+                assert result.returncode == 0, f"exit status {result.returncode}\n{result.stderr[-3000:]}"
+                for command in scratch.commands()[before:]:
+                    check_command(command, Path(command["cwd"]), load_config=False)
+            except (AssertionError, SystemExit, ValueError, FileNotFoundError) as error:
+                failures.append(f"{page.name}:{line}: {text}: {type(error).__name__}: {error}")
+    assert not failures, "\n".join(failures)
 
 
 def test_a_failing_command_fails_its_block(scratch):
