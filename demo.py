@@ -186,14 +186,33 @@ def top_class_per_box(instances: Instances) -> Instances:
     return instances[order[first.sort().values]]
 
 
+#: The smallest label, in pixels of the drawing.
+MIN_LABEL_PX = 6.0
+#: The largest label relative to the drawing: a label at most 1/25 of its size (sqrt(height * width)).
+LABEL_FRACTION = 1 / 25
+
+
+def label_font_scale(height: int, width: int, scale: float) -> float:
+    """The factor on detectron2's label size (``Visualizer``'s ``font_size_scale``) that keeps a label within
+    :data:`LABEL_FRACTION` of a ``scale``-times drawing of a ``height`` x ``width`` image, and at least
+    :data:`MIN_LABEL_PX`: detectron2's size, ``max(sqrt(h * w) // 90, 10 // scale)`` pixels of the image, is at least
+    10 pixels of a drawing at scale 1, a third of a 32 px image; on large images it is left as it is."""
+    default_px = max(np.sqrt(height * width) // 90, 10 // scale) * scale
+    largest_px = max(np.sqrt(height * width) * scale * LABEL_FRACTION, MIN_LABEL_PX)
+    return float(min(1.0, largest_px / default_px))
+
+
 def draw_detections(
     image_bgr: np.ndarray, instances: Instances, metadata: Metadata, scale: float = 1.0, all_classes: bool = False
 ) -> np.ndarray:
     """The RGB image with the boxes, class names and scores of ``instances`` drawn on it: the top class of every box
-    (:func:`top_class_per_box`), or with ``all_classes`` every detection."""
+    (:func:`top_class_per_box`), or with ``all_classes`` every detection; labels scaled to the drawing
+    (:func:`label_font_scale`)."""
     if not all_classes:
         instances = top_class_per_box(instances)
-    visualizer = Visualizer(image_bgr[:, :, ::-1], metadata, scale=scale)
+    height, width = image_bgr.shape[:2]
+    font_scale = label_font_scale(height, width, scale)
+    visualizer = Visualizer(image_bgr[:, :, ::-1], metadata, scale=scale, font_size_scale=font_scale)
     return visualizer.draw_instance_predictions(instances).get_image()
 
 

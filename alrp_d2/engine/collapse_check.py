@@ -9,7 +9,7 @@ from typing import Dict, Iterable, List, Set, Tuple
 
 from detectron2.engine import HookBase
 
-__all__ = ["COUNT_KEYS", "CollapseCheckHook", "TrainingCollapsedError"]
+__all__ = ["COUNT_KEYS", "SATURATED_LOGIT", "CollapseCheckHook", "TrainingCollapsedError"]
 
 logger = logging.getLogger(__name__)
 
@@ -21,6 +21,11 @@ COUNT_KEYS: Tuple[str, ...] = (
     "roi_head/num_bg_samples",
     "num_pos_anchors",
 )
+
+
+#: A logit from which float32's sigmoid rounds to exactly 1 (its negative: a score below 5e-8, under any test score
+#: threshold). A head whose every logit of a step is above it (below its negative) has saturated scores.
+SATURATED_LOGIT = 17.0
 
 
 class TrainingCollapsedError(FloatingPointError):
@@ -58,8 +63,10 @@ class CollapseCheckHook(HookBase):
 
     - every ``loss_*`` value exactly 0 for ``patience`` iterations in a row: :class:`TrainingCollapsedError` (only
       the main process has the loss values; detectron2's launcher ends the others);
-    - a head's ranking loss (``sb/<head>/cls``) exactly 0, i.e. no positive ranked, or a sample count of
-      :data:`COUNT_KEYS` at 0 (no positive anchor, no foreground or no background proposal), for ``patience``
+    - a head's ranking loss (``sb/<head>/cls``) exactly 0, i.e. no positive ranked, a sample count of
+      :data:`COUNT_KEYS` at 0 (no positive anchor, no foreground or no background proposal), or a head's logits all
+      saturated (``sb/<head>/logit_min`` >= :data:`SATURATED_LOGIT`: every score rounds to 1, or
+      ``sb/<head>/logit_max`` <= -:data:`SATURATED_LOGIT`: no score passes a test threshold), for ``patience``
       iterations in a row: one warning until it recovers, and ``collapse/<key>`` = 1 in the metrics while it lasts.
 
     It must come after :class:`SelfBalanceHook`, whose ranking statistics it reads, and before the checkpointer,
@@ -89,7 +96,7 @@ class CollapseCheckHook(HookBase):
                 )
         flagged: List[str] = []
         for key in self._watched(step):
-            self._count(key, step[key] == 0.0)
+            self._count(key, self._stalled(key, step[key]))
             if self._zero_runs[key] >= self.patience:
                 flagged.append(key)
                 storage.put_scalar(f"collapse/{key}", 1.0, smoothing_hint=False)
@@ -99,7 +106,7 @@ class CollapseCheckHook(HookBase):
         if new:
             self._warned.update(new)
             logger.warning(
-                "Iteration %d: %s exactly 0 for %d iterations in a row (metrics: collapse/<key>). %s",
+                "Iteration %d: %s for %d iterations in a row (metrics: collapse/<key>). %s",
                 iteration,
                 ", ".join(self._describe(key) for key in new),
                 self.patience,
@@ -117,14 +124,27 @@ class CollapseCheckHook(HookBase):
     @staticmethod
     def _watched(step: Dict[str, float]) -> Iterable[str]:
         for name in step:
-            if name in COUNT_KEYS or (name.startswith("sb/") and name.endswith("/cls")):
+            if name in COUNT_KEYS or (name.startswith("sb/") and name.endswith(("/cls", "/logit_min", "/logit_max"))):
                 yield name
 
     @staticmethod
+    def _stalled(key: str, value: float) -> bool:
+        if key.endswith("/logit_min"):
+            return value >= SATURATED_LOGIT
+        if key.endswith("/logit_max"):
+            return value <= -SATURATED_LOGIT
+        return value == 0.0
+
+    @staticmethod
     def _describe(key: str) -> str:
+        head = key.split("/")[1] if key.startswith("sb/") else ""
+        if key.endswith("/logit_min"):
+            return f"every logit of head {head!r} >= {SATURATED_LOGIT:g} ({key}: every score rounds to 1, no ranking)"
+        if key.endswith("/logit_max"):
+            return f"every logit of head {head!r} <= -{SATURATED_LOGIT:g} ({key}: no score passes a test threshold)"
         if key.startswith("sb/"):
-            return f"the ranking loss of head {key.split('/')[1]!r} ({key}: no positive ranked)"
-        return key
+            return f"the ranking loss of head {head!r} exactly 0 ({key}: no positive ranked)"
+        return f"{key} exactly 0"
 
     def _count(self, key: str, zero: bool) -> None:
         self._zero_runs[key] = self._zero_runs.get(key, 0) + 1 if zero else 0

@@ -20,7 +20,19 @@ from ..hyperparameter_ranges import loc_weight_problem, weight_problem
 from ..losses.global_ranking import RANKINGS, ranking_group
 from ..losses.ranking_statistics import RankingStatistics
 
-__all__ = ["HeadLoss", "HeadRankingLoss"]
+__all__ = ["HeadLoss", "HeadRankingLoss", "LOGIT_RANGE"]
+
+#: The statistics of the step's logits that every head logs (``sb/<head>/logit_min``, ``logit_max``).
+LOGIT_RANGE: Tuple[str, ...] = ("logit_min", "logit_max")
+
+
+def logit_range(logits: Tensor) -> Dict[str, Tensor]:
+    """The smallest and largest of the step's logits, 0-d device tensors (one pass, no M-sized temporary; 0 and 0
+    without logits)."""
+    if logits.numel() == 0:
+        zero = logits.new_zeros((), dtype=torch.float32)
+        return dict(zip(LOGIT_RANGE, (zero, zero)))
+    return dict(zip(LOGIT_RANGE, torch.aminmax(logits.detach())))
 
 
 class HeadLoss(NamedTuple):
@@ -163,8 +175,9 @@ class HeadRankingLoss(nn.Module):
     def component_names(self) -> Tuple[str, ...]:
         """The names of the values of the head's :class:`~alrp_d2.losses.RankingStatistics`, logged as
         ``sb/<name>/<component>``: ``cls`` and ``loc`` (unweighted), the criterion's (Rank & Sort Loss's ``rank``,
-        ``sort`` and its balancing ``weight``) and, per balanced task, its unweighted loss and weight."""
-        return ("cls", "loc") + self.criterion.component_names + self._task_component_names
+        ``sort`` and its balancing ``weight``), per balanced task its unweighted loss and weight, and the smallest and
+        largest logit of the step (``logit_min``, ``logit_max``: saturated scores, ``CollapseCheckHook``)."""
+        return ("cls", "loc") + self.criterion.component_names + self._task_component_names + LOGIT_RANGE
 
     @property
     def _task_component_names(self) -> Tuple[str, ...]:
@@ -185,7 +198,9 @@ class HeadRankingLoss(nn.Module):
         check_criterion_output(self.criterion, output, logits, loc_losses)
         output = output._replace(loss_cls=torch.where(positives.labels_in_range, output.loss_cls, torch.nan))
         tasks = {name: torch.zeros_like(output.loss_loc) for name in self._task_component_names}  # balance_task's
-        self._statistics = output.statistics.with_values(cls=output.loss_cls, loc=output.loss_loc, **tasks)
+        self._statistics = output.statistics.with_values(
+            cls=output.loss_cls, loc=output.loss_loc, **tasks, **logit_range(logits)
+        )
         losses = {
             f"loss_{self.name}_cls": self.loss_weight * output.loss_cls,
             f"loss_{self.name}_loc": (self.loss_weight * self.loc_weight * output.loc_factor) * output.loss_loc,

@@ -71,6 +71,21 @@ def test_no_positive_ranked_or_no_background_warns_once_and_marks_the_metrics(ca
         assert [iteration for _, iteration in storage.history(key).values()] == [1, 2]
 
 
+def test_saturated_logits_of_a_head_warn_and_mark_the_metrics(caplog):
+    """Every RPN logit at 96 (every score rounds to 1), every box logit at -40 (no score passes a test threshold);
+    a spread of logits up to 30 is not saturated."""
+    saturated = learning(**{"sb/rpn/logit_min": 96.0, "sb/rpn/logit_max": 97.0, "sb/box/logit_max": -40.0})
+    spread = learning(**{"sb/rpn/logit_min": -12.0, "sb/rpn/logit_max": 30.0, "sb/box/logit_max": 2.0})
+    with caplog.at_level(logging.WARNING, logger="alrp_d2"):
+        storage = run_steps(CollapseCheckHook(), [spread, spread, saturated, saturated, saturated])
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert "Iteration 3" in warning and "every logit of head 'rpn' >= 17" in warning
+    assert "every logit of head 'box' <= -17" in warning and "MODEL.RESNETS.NORM" in warning
+    for key in ("collapse/sb/rpn/logit_min", "collapse/sb/box/logit_max"):
+        assert [iteration for _, iteration in storage.history(key).values()] == [3, 4]
+    assert "collapse/sb/rpn/logit_max" not in storage.histories()
+
+
 def test_switched_rs_mask_rcnn_from_random_init_stops_within_two_iterations_of_its_collapse(tmp_path):
     """detectron2's Mask R-CNN recipe (FrozenBN, made for ImageNet weights) switched to RS Loss, random init: its
     predicted boxes have IoU 0, RS Loss ranks no positive and every loss is exactly 0 from iteration 2."""

@@ -154,3 +154,23 @@ def test_a_box_found_for_several_classes_is_drawn_once_with_its_top_class():
     top = demo_module.top_class_per_box(detections)
     assert top.pred_classes.tolist() == [1, 2] and top.scores.tolist() == pytest.approx([0.9, 0.5])
     assert len(demo_module.top_class_per_box(detections[:0])) == 0
+
+
+def test_labels_are_scaled_to_the_drawing():
+    """On a 128 px image drawn at scale 1, detectron2's 10 px label would be 1/13 of the image: it is 6 px, and the
+    drawing covers fewer pixels; a large image or a scaled-up drawing keeps detectron2's size."""
+    from detectron2.data import MetadataCatalog
+    from detectron2.structures import Boxes, Instances
+    from detectron2.utils.visualizer import Visualizer
+
+    assert demo_module.label_font_scale(128, 128, 1.0) == pytest.approx(0.6)  # 6 px instead of 10
+    assert demo_module.label_font_scale(800, 1333, 1.0) == demo_module.label_font_scale(128, 128, 4.0) == 1.0
+    image = np.full((128, 128, 3), 128, dtype=np.uint8)
+    detections = Instances((128, 128), pred_boxes=Boxes(torch.tensor([[20.0, 30.0, 90.0, 100.0]])))
+    detections.scores, detections.pred_classes = torch.tensor([0.87]), torch.tensor([0])
+    metadata = MetadataCatalog.get("__docs_demo_labels__").set(thing_classes=["circle"])
+    drawn = demo_module.draw_detections(image, detections, metadata)
+    default = Visualizer(image[:, :, ::-1], metadata).draw_instance_predictions(detections).get_image()
+    assert drawn.shape == default.shape == (128, 128, 3)
+    changed, changed_by_default = ((d != image).any(axis=2).sum() for d in (drawn, default))
+    assert 0 < changed < 0.8 * changed_by_default

@@ -113,6 +113,7 @@ def assert_matches_official(
     """Values, the statistics and the gradients of ``loss_head_cls`` (logits) and ``loss_head_loc`` (boxes)."""
     statistics = head.take_statistics()
     components = statistics.values
+    assert (components["logit_min"], components["logit_max"]) == (logits.min(), logits.max())  # CollapseCheckHook's
     value = expected["rank"] + expected["sort"]
     assert components["rank"].item() == pytest.approx(expected["rank"], rel=1e-9, abs=1e-12)
     assert components["sort"].item() == pytest.approx(expected["sort"], rel=1e-9, abs=1e-12)

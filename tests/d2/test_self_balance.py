@@ -35,7 +35,12 @@ class ScriptedLoss(HeadRankingLoss):
     def take_statistics(self):
         cls_value, loc_value = VALUES[self.name][self.iteration]
         return RankingStatistics.of(
-            torch.tensor(2.0), torch.tensor(3.0), cls=torch.tensor(cls_value), loc=torch.tensor(loc_value)
+            torch.tensor(2.0),
+            torch.tensor(3.0),
+            cls=torch.tensor(cls_value),
+            loc=torch.tensor(loc_value),
+            logit_min=torch.tensor(-4.0),
+            logit_max=torch.tensor(3.0),
         )
 
 
