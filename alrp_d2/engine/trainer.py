@@ -24,6 +24,7 @@ from detectron2.data import build_detection_test_loader, build_detection_train_l
 from detectron2.engine import AMPTrainer, DefaultTrainer, SimpleTrainer, TrainerBase, create_ddp_model, hooks
 from detectron2.utils import comm
 from detectron2.utils.events import EventWriter
+from detectron2.utils.logger import setup_logger
 from fvcore.nn.precise_bn import get_bn_modules
 from torch import nn
 
@@ -212,6 +213,8 @@ class AlrpTrainer(RunTrainer):
     TEST.PRECISE_BN adds detectron2's ``PreciseBN`` hook."""
 
     def __init__(self, cfg: CfgNode):
+        if not logging.getLogger("detectron2").isEnabledFor(logging.INFO):  # as DefaultTrainer: its logs show
+            setup_logger()
         check_dataset_classes(cfg)
         check_dataset_segmentations(cfg)
         self.cfg = DefaultTrainer.auto_scale_workers(cfg, comm.get_world_size())
