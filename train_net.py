@@ -50,15 +50,16 @@ from detectron2.utils import comm
 from detectron2.utils.logger import setup_logger
 
 from alrp_d2.argument_types import dist_timeout_seconds
-from alrp_d2.checkpoint import LAST_CHECKPOINT, AlrpCheckpointer, check_weights_classes
+from alrp_d2.checkpoint import LAST_CHECKPOINT
 from alrp_d2.config import setup_cfg
 from alrp_d2.data import SHAPES_DATASETS, register_shapes_datasets
 from alrp_d2.data.dataset_classes import check_dataset_classes, dataset_classes
 from alrp_d2.data.dataset_segmentations import check_dataset_segmentations
 from alrp_d2.data.user_datasets import add_dataset_argument, register_user_datasets
 from alrp_d2.engine import AlrpTrainer
-from alrp_d2.engine.lazy_trainer import check_lazy_launch, is_lazy_config, lazy_main
+from alrp_d2.engine.lazy_run import check_lazy_launch, is_lazy_config, lazy_main
 from alrp_d2.engine.machine_agreement import check_machines_agree, run_description
+from alrp_d2.engine.trainer import evaluate_checkpoint
 from alrp_d2.user_modules import add_import_argument, import_user_modules
 
 #: --dist-timeout's default: a distributed run whose machine never starts, or whose rank dies or stops, ends after
@@ -108,11 +109,15 @@ def main(args: argparse.Namespace):
     check_eval_only_weights(cfg, args)
 
     if args.eval_only:
-        model = AlrpTrainer.build_model(cfg)
-        checkpointer = AlrpCheckpointer(model, save_dir=cfg.OUTPUT_DIR, allow_partial=cfg.MODEL.ALLOW_PARTIAL_WEIGHTS)
-        checkpoint = checkpointer.resume_or_load(cfg.MODEL.WEIGHTS, resume=args.resume)
-        check_weights_classes(checkpoint, checkpointer.loaded_path, [dataset_classes(n) for n in cfg.DATASETS.TEST])
-        results = AlrpTrainer.test(cfg, model)
+        results = evaluate_checkpoint(
+            AlrpTrainer.build_model(cfg),
+            cfg.OUTPUT_DIR,
+            cfg.MODEL.WEIGHTS,
+            args.resume,
+            lambda model: AlrpTrainer.test(cfg, model),
+            [dataset_classes(name) for name in cfg.DATASETS.TEST],
+            allow_partial=cfg.MODEL.ALLOW_PARTIAL_WEIGHTS,
+        )
         if comm.is_main_process():
             verify_results(cfg, results)
         return results

@@ -13,14 +13,22 @@ from __future__ import annotations
 from typing import Any, Callable, Optional, Sequence
 
 from detectron2.config import LazyCall as L
+from detectron2.utils.registry import locate
 from omegaconf import DictConfig
 
-from .criteria import AlrpCriterion, CorrelationTerm, InterpolatedAPCriterion, RankSortCriterion
+from .criteria import CorrelationTerm
+from .criteria.registry import ranking_criterion, ranking_criterion_class
 from .modeling import AlrpFastRCNNOutputLayers, AlrpROIHeads, AlrpRPN, HeadRankingLoss, RankSortMaskHead
 
-__all__ = ["alrp_loss", "ap_loss", "correlation", "rank_sort_loss", "ranked_rcnn"]
+__all__ = ["alrp_loss", "ap_loss", "correlation", "rank_sort_loss", "ranked_rcnn", "registered_criterion"]
 
 LossOf = Callable[..., DictConfig]
+
+
+def registered_criterion(name: str, **arguments: Any) -> DictConfig:
+    """The ``LazyCall`` of the criterion registered as ``name`` (the project's or a user's, registered in
+    :data:`~alrp_d2.criteria.RANKING_CRITERION_REGISTRY`) with its constructor ``arguments``."""
+    return L(ranking_criterion)(name=name, **arguments)
 
 
 def alrp_loss(
@@ -29,7 +37,7 @@ def alrp_loss(
     """aLRP Loss of head ``name`` (paper Sec. 4), self-balanced from ``loc_weight`` (Sec. 4.2); ``kwargs``: further
     :class:`HeadRankingLoss` arguments (``loss_weight``, ``ranking``, ``terms``, ``self_balanced``)."""
     kwargs.setdefault("self_balanced", True)
-    criterion = L(AlrpCriterion)(delta=delta, loc_error_kind=loc_error_kind, tau=tau)
+    criterion = registered_criterion("AlrpCriterion", delta=delta, loc_error_kind=loc_error_kind, tau=tau)
     return L(HeadRankingLoss)(name=name, criterion=criterion, loc_weight=loc_weight, **kwargs)
 
 
@@ -38,14 +46,16 @@ def ap_loss(
 ) -> DictConfig:
     """The official, interpolated AP Loss of head ``name`` with the localisation loss ``loc_loss`` and a constant
     ``loc_weight`` (the paper's AP Loss rows, App. G)."""
-    criterion = L(InterpolatedAPCriterion)(delta=delta, loc_loss=loc_loss, loc_error_kind="giou", tau=tau, eps=None)
+    criterion = registered_criterion(
+        "InterpolatedAPCriterion", delta=delta, loc_loss=loc_loss, loc_error_kind="giou", tau=tau, eps=None
+    )
     return L(HeadRankingLoss)(name=name, criterion=criterion, loc_weight=loc_weight, self_balanced=False, **kwargs)
 
 
 def rank_sort_loss(name: str, *, delta: float = 0.5, loc_error_kind: str = "giou", **kwargs) -> DictConfig:
     """Rank & Sort Loss of head ``name`` (Oksuz et al., ICCV 2021), its box loss balanced by the loss values of every
     step."""
-    criterion = L(RankSortCriterion)(delta=delta, loc_error_kind=loc_error_kind)
+    criterion = registered_criterion("RankSortCriterion", delta=delta, loc_error_kind=loc_error_kind)
     return L(HeadRankingLoss)(name=name, criterion=criterion, loc_weight=1.0, self_balanced=False, **kwargs)
 
 
@@ -89,5 +99,10 @@ def ranked_rcnn(
 
 
 def _balances_tasks(loss: Any) -> bool:
-    """Whether the criterion of the ``LazyCall`` loss ``loss`` weights a head's other tasks."""
-    return bool(loss.criterion._target_.balances_tasks)
+    """Whether the criterion of the ``LazyCall`` loss ``loss`` (a :func:`registered_criterion`, or a ``LazyCall`` of
+    a criterion class) weights a head's other tasks."""
+    target = loss.criterion._target_
+    target = locate(target) if isinstance(target, str) else target
+    if target is ranking_criterion:
+        target = ranking_criterion_class(loss.criterion.name, key="criterion name")
+    return bool(target.balances_tasks)

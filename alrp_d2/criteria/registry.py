@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Type
+from typing import TYPE_CHECKING, Any, Type
 
 from fvcore.common.registry import Registry
 
@@ -13,7 +13,7 @@ from .ranking_criterion import RankingCriterion
 if TYPE_CHECKING:
     from detectron2.config import CfgNode
 
-__all__ = ["RANKING_CRITERION_REGISTRY", "build_ranking_criterion", "ranking_criterion_class"]
+__all__ = ["RANKING_CRITERION_REGISTRY", "build_ranking_criterion", "ranking_criterion", "ranking_criterion_class"]
 
 RANKING_CRITERION_REGISTRY = Registry("RANKING_CRITERION")
 RANKING_CRITERION_REGISTRY.__doc__ = """
@@ -40,3 +40,9 @@ def build_ranking_criterion(cfg: CfgNode, keys: HeadKeys = HEAD_KEYS) -> Ranking
     the head's ``keys`` of delta and tau (MODEL.ALRP.DELTA and TAU, or the RPN's)."""
     criterion = ranking_criterion_class(cfg.MODEL.ALRP.CRITERION)
     return criterion(**criterion.from_config(cfg, keys))
+
+
+def ranking_criterion(name: str, **arguments: Any) -> RankingCriterion:
+    """The criterion registered as ``name`` built from its constructor ``arguments``: the criterion of a LazyConfig
+    (``LazyCall(ranking_criterion)(name="RankSortCriterion", delta=0.5)``), a user's registered criterion alike."""
+    return ranking_criterion_class(name, key="criterion name")(**arguments)

@@ -10,7 +10,7 @@ from detectron2.config import LazyConfig
 from detectron2.modeling.backbone import ResNet
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from alrp_d2.engine.lazy_trainer import lazy_calls
+from alrp_d2.engine.lazy_run import lazy_calls
 
 from .tiny_configs import CONFIG_DIR, load_config
 

@@ -15,7 +15,7 @@ from detectron2.utils.events import EventStorage
 
 from alrp_d2.data.shapes import prepare_shapes_dataset, shapes_paths
 from alrp_d2.engine import CollapseCheckHook, TrainingCollapsedError
-from alrp_d2.engine.lazy_trainer import load_lazy_config, run_lazy_config
+from alrp_d2.engine.lazy_run import load_lazy_config, run_lazy_config
 
 from .lazy_switches import write_switched_config
 

@@ -26,7 +26,7 @@ from alrp_d2.data.dataset_classes import ClassesMismatchError
 from alrp_d2.data.shapes import prepare_shapes_dataset, shapes_paths
 from alrp_d2.engine import find_ranking_losses
 from alrp_d2.engine.lazy_overrides import UnknownConfigKeyError
-from alrp_d2.engine.lazy_trainer import lazy_calls, load_lazy_config, prepare_lazy_datasets, run_lazy_config
+from alrp_d2.engine.lazy_run import lazy_calls, load_lazy_config, prepare_lazy_datasets, run_lazy_config
 
 from .lazy_configs import load_lazy, tiny_lazy
 from .lazy_runs import REPO_ROOT, run_machines

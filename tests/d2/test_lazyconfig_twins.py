@@ -1,6 +1,7 @@
 """Every LazyConfig of configs/ with a yacs twin builds the twin's model (the same parameters and buffers; with the
 twin's weights, the same losses on the same batch at the same seed and the same detections) and has its recipe
-(solver, schedule, augmentation, test size, datasets and their filter, initial weights, periods)."""
+(solver, schedule, augmentation, test size, datasets and their filter, initial weights, periods); the quickstart and
+its twin train the same weights through the one trainer of both config systems."""
 
 from __future__ import annotations
 
@@ -21,10 +22,13 @@ from torch import nn
 
 from alrp_d2.data import build_alrp_mapper
 from alrp_d2.data.training_filter import mmdet_training_filter
-from alrp_d2.engine.lazy_trainer import lazy_calls, lazy_dataset_names
+from alrp_d2.engine import AlrpTrainer, find_ranking_losses
+from alrp_d2.engine.lazy_run import lazy_calls, lazy_dataset_names, lazy_training_run
+from alrp_d2.engine.trainer import RunTrainer
 from alrp_d2.evaluation import COCOLRPEvaluator
 
 from .lazy_configs import TWINS, load_lazy, tiny_lazy, tiny_yacs
+from .small_shapes import register_small_shapes
 from .tiny_configs import load_config, tiny_batch, with_masks
 
 PRIMITIVES = (bool, int, float, str, type(None))
@@ -164,3 +168,37 @@ def test_lazyconfig_has_the_recipe_of_its_yaml_twin(lazy_name, yacs_name):
     (dataset,) = lazy_calls(lazy.dataloader.train.dataset, get_detection_dataset_dicts)
     assert dataset.get("filter_empty", True) == (cfg.DATALOADER.FILTER_EMPTY_ANNOTATIONS and not mmdet_filtered)
     assert lazy.dataloader.evaluator._target_ is COCOLRPEvaluator
+
+
+QUICKSTART_TWINS = ("quickstart/alrp_retinanet_shapes.py", "quickstart/alrp_retinanet_shapes.yaml")
+
+
+def test_the_quickstart_trains_the_same_weights_through_both_config_systems(tmp_path):
+    """The YAML quickstart and its LazyConfig twin, from the same initial weights and seed, 2 iterations of 2 images
+    self-balanced after each, end with the same weights bit for bit: one trainer serves both."""
+    train, _ = register_small_shapes(str(tmp_path / "data"), "twins", {"train": 4, "val": 1})
+    yacs_cfg, lazy = load_config(QUICKSTART_TWINS[1]), load_lazy(QUICKSTART_TWINS[0])
+    yacs_cfg.MODEL.WEIGHTS = lazy.train.init_checkpoint = str(tmp_path / "initial.pth")
+    torch.save({"model": build_model(yacs_cfg).state_dict()}, yacs_cfg.MODEL.WEIGHTS)
+    yacs_cfg.DATASETS.TRAIN, yacs_cfg.DATASETS.TEST = (train,), ()
+    yacs_cfg.DATALOADER.NUM_WORKERS = 0
+    yacs_cfg.SOLVER.IMS_PER_BATCH, yacs_cfg.SOLVER.MAX_ITER, yacs_cfg.MODEL.ALRP.SB_PERIOD = 2, 2, 1
+    yacs_cfg.OUTPUT_DIR = str(tmp_path / "yaml")
+    lazy.dataloader.train.dataset.names = train
+    lazy.dataloader.train.num_workers = 0
+    lazy.dataloader.evaluator = None
+    lazy.dataloader.train.total_batch_size, lazy.train.max_iter, lazy.train.self_balance_period = 2, 2, 1
+    lazy.train.output_dir = str(tmp_path / "lazy")
+    assert lazy.train.seed == yacs_cfg.SEED
+
+    trainers = [AlrpTrainer(yacs_cfg), RunTrainer(lazy_training_run(lazy))]
+    for trainer in trainers:
+        trainer.resume_or_load(resume=False)
+        trainer.train()
+    weights, lazy_weights = (trainer.model.state_dict() for trainer in trainers)
+    assert weights.keys() == lazy_weights.keys()
+    initial = torch.load(yacs_cfg.MODEL.WEIGHTS, weights_only=True)["model"]
+    assert any(not torch.equal(value, initial[name]) for name, value in weights.items())  # it trained
+    for name, value in weights.items():
+        assert torch.equal(lazy_weights[name], value), name
+    assert find_ranking_losses(trainers[1].model)["retinanet"].loc_weight.item() != 50.0  # self-balanced

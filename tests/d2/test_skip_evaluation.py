@@ -7,7 +7,7 @@ import pytest
 from detectron2.modeling import build_model
 
 from alrp_d2.engine import AlrpTrainer
-from alrp_d2.engine.lazy_trainer import lazy_test, load_lazy_config
+from alrp_d2.engine.lazy_run import lazy_test, load_lazy_config
 
 from .lazy_runs import REPO_ROOT
 from .tiny_configs import tiny_retinanet_cfg

@@ -33,7 +33,7 @@ from alrp_d2.data.dataset_classes import dataset_classes
 from alrp_d2.data.image_errors import ImageErrorGuard
 from alrp_d2.data.image_size import ImageSizeError
 from alrp_d2.data.segmentation_check import coordinate_bounds
-from alrp_d2.engine.lazy_trainer import lazy_test
+from alrp_d2.engine.lazy_run import lazy_test
 from alrp_d2.engine.machine_agreement import run_description
 from alrp_d2.evaluation import AlrpPredictor, COCOLRPEvaluator, load_lrp_thresholds
 from alrp_d2.evaluation.coco_lrp_evaluation import NonFiniteDetectionsError

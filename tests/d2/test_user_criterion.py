@@ -1,13 +1,19 @@
-"""A criterion registered by a user's module (docs/criteria.md) trains every kind of head, selected by config alone."""
+"""A criterion registered by a user's module (docs/criteria.md) trains every kind of head, selected by config alone
+(a YAML key, or its registered name in a LazyConfig)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+from detectron2.config import LazyCall as L
+from detectron2.config import instantiate
 from detectron2.modeling import build_model
 from detectron2.utils.events import EventStorage
+from omegaconf import DictConfig, OmegaConf
 
 from alrp_d2.engine.self_balance import find_ranking_losses
+from alrp_d2.lazy_config import ranked_rcnn, registered_criterion
+from alrp_d2.modeling import HeadRankingLoss, RankSortMaskHead
 
 from .balanced_criterion import BalancedCrossEntropyCriterion
 from .docs_criterion import load_docs_criterion
@@ -72,3 +78,23 @@ def test_a_criterion_that_does_not_balance_tasks_is_refused_for_rs_mask_rcnn():
     cfg = tiny_rank_sort_cfg("quickstart/rs_mask_rcnn_shapes.yaml", CRITERION="AlrpCriterion")
     with pytest.raises(ValueError, match=r"MODEL.ALRP.CRITERION='AlrpCriterion': must name a criterion that balances"):
         build_model(cfg)
+
+
+def balanced_loss(name: str, **kwargs) -> DictConfig:
+    """A head's ranking loss with the test module's criterion, by its registered name."""
+    criterion = registered_criterion("BalancedCrossEntropyCriterion")
+    return L(HeadRankingLoss)(name=name, criterion=criterion, loc_weight=1.0, self_balanced=False, **kwargs)
+
+
+def test_a_user_criterion_plugs_into_a_lazyconfig_by_its_registered_name():
+    """ranked_rcnn on a Mask R-CNN config (the nodes it edits) with a registered criterion of a test module that
+    balances tasks gives RS Mask R-CNN's heads, as with Rank & Sort Loss: nothing in alrp_d2.lazy_config knows it."""
+    nodes = {"proposal_generator": {}, "roi_heads": {"mask_head": {}, "box_predictor": {}}}
+    mask_rcnn = OmegaConf.create(nodes, flags={"allow_objects": True})
+    model = ranked_rcnn(mask_rcnn, balanced_loss)
+    assert model.roi_heads.mask_head._target_ is RankSortMaskHead
+    assert list(model.roi_heads.box_predictor.ranking_loss.balanced_tasks) == ["mask"]
+    box_loss = instantiate(model.roi_heads.box_predictor.ranking_loss)
+    assert isinstance(box_loss.criterion, BalancedCrossEntropyCriterion)
+    with pytest.raises(ValueError, match=r"criterion name='Nope'.*AlrpCriterion.*RankSortCriterion"):
+        instantiate(registered_criterion("Nope"))

@@ -1,6 +1,8 @@
-"""Training and evaluation of a LazyConfig (a ``.py`` config) with the project's behaviour: the resumable loader
-and per-step seeds (exact resume), the self-balance hook, atomic checkpoints with fallback and safe loading, the
-class checks, AMP and the writers of :func:`alrp_writers`.
+"""A LazyConfig run (a ``.py`` config through train_net.py): loading with checked ``key=value`` overrides, the
+datasets and their class checks, the resumable training loader, evaluation, and the :class:`TrainingRun` it gives
+the one trainer of YAML and LazyConfig runs (:class:`RunTrainer`, ``alrp_d2/engine/trainer.py``): per-step seeds
+(exact resume), self-balance, the collapse check, atomic checkpoints with fallback and safe loading, AMP and the
+writers of :func:`~alrp_d2.engine.writers.alrp_writers`.
 
 The fields are detectron2's (``configs/common/train.py`` and ``tools/lazyconfig_train_net.py``): ``model``,
 ``dataloader.train`` / ``test`` / ``evaluator``, ``optimizer``, ``lr_multiplier`` and ``train`` (``output_dir``,
@@ -23,7 +25,7 @@ from detectron2.config import LazyCall as L
 from detectron2.config import LazyConfig, instantiate
 from detectron2.config.instantiate import _convert_target_to_string
 from detectron2.data import build_detection_train_loader, get_detection_dataset_dicts
-from detectron2.engine import AMPTrainer, SimpleTrainer, create_ddp_model, default_setup, hooks
+from detectron2.engine import create_ddp_model, default_setup
 from detectron2.evaluation import inference_on_dataset, print_csv_format
 from detectron2.utils import comm
 from detectron2.utils.registry import locate
@@ -31,20 +33,17 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from ..checkpoint import LAST_CHECKPOINT, AlrpCheckpointer, check_weights_classes, weights_fingerprint
+from ..checkpoint import LAST_CHECKPOINT, weights_fingerprint
 from ..data import SHAPES_DATASETS, register_shapes_datasets
 from ..data.dataset_classes import DatasetClasses, check_classes, dataset_classes
 from ..data.image_errors import ImageErrorGuard
-from ..data.samplers import ResumableBatchSampler, build_resumable_train_loader
+from ..data.samplers import build_resumable_train_loader
 from ..data.user_datasets import register_user_datasets
 from ..evaluation import COCOLRPEvaluator
 from .buffer_sync import broadcast_buffers_from_main
-from .collapse_check import CollapseCheckHook
 from .lazy_checks import check_lazy_machines_agree, check_lazy_segmentations
 from .lazy_overrides import apply_checked_overrides
-from .self_balance import SelfBalanceHook, find_ranking_losses
-from .trainer import DataPositionHook
-from .writers import alrp_writers
+from .trainer import RunTrainer, TrainingRun, ddp_arguments, evaluate_checkpoint
 
 __all__ = [
     "TRAIN_DEFAULTS",
@@ -55,6 +54,7 @@ __all__ = [
     "lazy_main",
     "lazy_num_classes",
     "lazy_test",
+    "lazy_training_run",
     "load_lazy_config",
     "run_lazy_config",
     "prepare_lazy_datasets",
@@ -242,14 +242,6 @@ def _training_classes(cfg: DictConfig) -> Optional[DatasetClasses]:
     return dataset_classes(names[0]) if names else None
 
 
-def _ddp(model: nn.Module, cfg: DictConfig) -> nn.Module:
-    """detectron2's ``create_ddp_model`` with ``train.ddp``; a CPU model gets no ``device_ids`` (gloo workers)."""
-    kwargs = dict(cfg.train.ddp)
-    if torch.device(cfg.train.device).type == "cpu":
-        kwargs["device_ids"] = None
-    return create_ddp_model(model, **kwargs)
-
-
 def _self_balance_period(cfg: DictConfig, num_images: int) -> int:
     period = train_option(cfg, "self_balance_period")
     if period:
@@ -259,73 +251,63 @@ def _self_balance_period(cfg: DictConfig, num_images: int) -> int:
     return max(1, math.ceil(num_images / cfg.dataloader.train.total_batch_size))
 
 
-def build_lazy_trainer(cfg: DictConfig) -> Tuple[SimpleTrainer, AlrpCheckpointer]:
-    """The trainer of a LazyConfig with its hooks, as detectron2's ``lazyconfig_train_net.py`` builds it, plus the
-    project's: :class:`DataPositionHook` first (with the resumable loader), :class:`SelfBalanceHook` before the
-    checkpointer when a head has a ranking loss, then :class:`CollapseCheckHook`, an :class:`AlrpCheckpointer` and
-    :func:`alrp_writers`."""
+def lazy_training_run(cfg: DictConfig) -> TrainingRun:
+    """The :class:`TrainingRun` of a LazyConfig, built as detectron2's ``lazyconfig_train_net.py`` builds it (model
+    on ``train.device``, optimizer, training loader, ``lr_multiplier``) with the project's loader
+    (:func:`build_lazy_train_loader`), evaluation (:func:`lazy_test`) and ``train`` keys (:data:`TRAIN_DEFAULTS`)."""
     model = instantiate(cfg.model)
     logger.info("Model:\n%s", model)
     model.to(cfg.train.device)
     cfg.optimizer.params.model = model
     optimizer = instantiate(cfg.optimizer)
     train_loader, num_images = build_lazy_train_loader(cfg)
-    losses = find_ranking_losses(model)
-    ddp_model = _ddp(model, cfg)
-    trainer = (AMPTrainer if cfg.train.amp.enabled else SimpleTrainer)(ddp_model, train_loader, optimizer)
-    checkpointer = AlrpCheckpointer(
-        ddp_model,
-        cfg.train.output_dir,
-        allow_partial=train_option(cfg, "allow_partial_weights"),
-        initialisation=True,
+    return TrainingRun(
+        model=model,
+        optimizer=optimizer,
+        data_loader=train_loader,
+        lr_scheduler=instantiate(cfg.lr_multiplier),
+        test=lambda trained: lazy_test(cfg, trained),
+        output_dir=cfg.train.output_dir,
+        weights=cfg.train.init_checkpoint,
+        max_iter=cfg.train.max_iter,
+        device=cfg.train.device,
+        checkpoint_period=cfg.train.checkpointer.period,
+        eval_period=cfg.train.eval_period,
+        log_period=cfg.train.log_period,
+        self_balance_period=lambda: _self_balance_period(cfg, num_images),
+        amp=cfg.train.amp.enabled,
+        ddp=dict(cfg.train.ddp),
+        max_checkpoints=cfg.train.checkpointer.get("max_to_keep"),
+        allow_partial_weights=train_option(cfg, "allow_partial_weights"),
         classes=_training_classes(cfg),
-        trainer=trainer,
+        lazy_config=True,
     )
-    hook_list: List[Optional[hooks.HookBase]] = [
-        hooks.IterationTimer(),
-        hooks.LRScheduler(scheduler=instantiate(cfg.lr_multiplier)),
-    ]
-    sampler = getattr(train_loader, "batch_sampler", None)
-    if isinstance(sampler, ResumableBatchSampler):
-        hook_list.insert(0, DataPositionHook(sampler))
-    if losses:
-        self_balanced = any(loss.self_balanced for loss in losses.values())
-        hook_list.append(SelfBalanceHook(_self_balance_period(cfg, num_images) if self_balanced else None))
-    hook_list.append(CollapseCheckHook(lazy=True))
-    main = comm.is_main_process()
-    hook_list += [
-        hooks.PeriodicCheckpointer(checkpointer, **cfg.train.checkpointer) if main else None,
-        hooks.EvalHook(cfg.train.eval_period, lambda: lazy_test(cfg, ddp_model)),
-        hooks.PeriodicWriter(
-            alrp_writers(cfg.train.output_dir, cfg.train.max_iter, cfg.train.log_period), period=cfg.train.log_period
-        )
-        if main
-        else None,
-    ]
-    trainer.register_hooks(hook_list)
-    return trainer, checkpointer
 
 
 def run_lazy_config(args: argparse.Namespace, cfg: DictConfig) -> Dict[str, Any]:
-    """Trains (``--resume``: continues the run of train.output_dir exactly) or, with ``--eval-only``, evaluates the
-    weights of train.init_checkpoint (or with ``--resume`` the last checkpoint of train.output_dir), on the CPU when
-    train.device is "cuda" and the machine has none (:func:`follow_the_machine`)."""
+    """Trains (``--resume``: continues the run of train.output_dir exactly) with the :class:`RunTrainer` of YAML
+    runs or, with ``--eval-only``, evaluates the weights of train.init_checkpoint (or with ``--resume`` the last
+    checkpoint of train.output_dir) with :func:`evaluate_checkpoint`; on the CPU when train.device is "cuda" and the
+    machine has none (:func:`follow_the_machine`)."""
     follow_the_machine(cfg)
     prepare_lazy_datasets(cfg, args)
     check_lazy_eval_only_weights(cfg, args)
     if args.eval_only:
         model = instantiate(cfg.model)
         model.to(cfg.train.device)
-        allow_partial = train_option(cfg, "allow_partial_weights")
-        checkpointer = AlrpCheckpointer(model, cfg.train.output_dir, allow_partial=allow_partial)
-        checkpoint = checkpointer.resume_or_load(cfg.train.init_checkpoint, resume=args.resume)
-        test_classes = [dataset_classes(name) for name in lazy_dataset_names(cfg, "test")]
-        check_weights_classes(checkpoint, checkpointer.loaded_path, test_classes)
-        return lazy_test(cfg, _ddp(model, cfg))
-    trainer, checkpointer = build_lazy_trainer(cfg)
-    checkpointer.resume_or_load(cfg.train.init_checkpoint, resume=args.resume)
-    start_iter = trainer.iter + 1 if args.resume and checkpointer.has_checkpoint() else 0
-    trainer.train(start_iter, cfg.train.max_iter)
+        ddp = ddp_arguments(cfg.train.device, dict(cfg.train.ddp))
+        return evaluate_checkpoint(
+            model,
+            cfg.train.output_dir,
+            cfg.train.init_checkpoint,
+            args.resume,
+            lambda loaded: lazy_test(cfg, create_ddp_model(loaded, **ddp)),
+            [dataset_classes(name) for name in lazy_dataset_names(cfg, "test")],
+            allow_partial=train_option(cfg, "allow_partial_weights"),
+        )
+    trainer = RunTrainer(lazy_training_run(cfg))
+    trainer.resume_or_load(resume=args.resume)
+    trainer.train()
     return {}
 
 
