@@ -18,7 +18,7 @@ from detectron2.config import CfgNode
 
 from alrp_d2.config import setup_cfg
 from alrp_d2.data.shapes import prepare_shapes_dataset
-from alrp_d2.engine.lazy_trainer import load_lazy_config
+from alrp_d2.engine.lazy_run import load_lazy_config
 
 from .docs_blocks import (
     GIVEN,
