@@ -64,7 +64,8 @@ def test_focal_fcos_baseline_has_the_same_assignment():
     for model in (baseline, alrp):
         with EventStorage() as storage:
             losses = model(tiny_batch())
-            sum(losses.values()).backward()
+            if model is baseline:  # aLRP FCOS's backward on this batch: test_training_step[True-bce]
+                sum(losses.values()).backward()
         assert all(torch.isfinite(v) for v in losses.values())
         counts.append(storage.latest()["num_pos_anchors"][0])
         names.append(set(losses))

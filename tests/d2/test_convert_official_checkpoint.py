@@ -101,14 +101,14 @@ def write_reduced_project_config(tmp_path, fixture) -> str:
     return str(path)
 
 
-def test_command_line_writes_a_checkpoint_detectron2_loads(tmp_path):
+def test_command_line_writes_a_checkpoint_detectron2_loads(tmp_path, capsys):
+    """The tool's main in this process (test_convert_then_eval_only_on_an_80_class_coco_set runs it as a command)."""
     fixture = network("retinanet_iou")
     official_path = tmp_path / "official.pth"
     meta = fixture["variants"]["alrp"]["checkpoint_meta"]
     torch.save({"state_dict": fixture["official_state_dict"], "meta": meta}, official_path)
     output = tmp_path / "converted.pth"
     config = write_reduced_project_config(tmp_path, fixture)
-    tool = REPO_ROOT / "tools" / "convert_official_checkpoint.py"
 
     # From its config text the tool takes the reduced network for the published one, whose widths differ: it
     # stops, naming the shapes, and asks for --config.
@@ -119,11 +119,9 @@ def test_command_line_writes_a_checkpoint_detectron2_loads(tmp_path):
     assert "head.cls_score.weight: (480, 8, 3, 3) converted, (480, 256, 3, 3) in the model" in message
     assert "pass --config" in message
 
-    done = subprocess.run(
-        [sys.executable, tool, official_path, output, "--config", config], capture_output=True, text=True
-    )
-    assert done.returncode == 0, done.stderr
-    assert "--eval-only MODEL.WEIGHTS" in done.stdout
+    capsys.readouterr()
+    converter.main([str(official_path), str(output), "--config", config])
+    assert "--eval-only MODEL.WEIGHTS" in capsys.readouterr().out
 
     cfg = converter.setup_cfg(config)
     cfg.MODEL.DEVICE = "cpu"
@@ -262,7 +260,12 @@ def test_convert_then_eval_only_on_an_80_class_coco_set(tmp_path):
     torch.save(mmcv_checkpoint(fixture), official_path)
     converted = tmp_path / "converted.pth"
     config = write_reduced_project_config(tmp_path, fixture)
-    converter.main([str(official_path), str(converted), "--config", config])  # the command line, in this process
+    tool = REPO_ROOT / "tools" / "convert_official_checkpoint.py"
+    done = subprocess.run(
+        [sys.executable, tool, official_path, converted, "--config", config], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert "--eval-only MODEL.WEIGHTS" in done.stdout
     json_file, image_dir = write_coco80_dataset(tmp_path)
     output_dir = tmp_path / "eval"
     evaluated = subprocess.run(

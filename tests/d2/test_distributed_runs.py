@@ -131,7 +131,7 @@ def test_machines_with_different_configs_stop_naming_the_keys(tmp_path, token):
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_a_machine_that_never_starts_ends_the_run_after_the_timeout(tmp_path, token):
     arguments = ["--num-gpus", "1", "--num-machines", "2", "--machine-rank", "0"]
-    arguments += ["--dist-url", f"tcp://127.0.0.1:{free_port()}", "--dist-timeout", "3"]
+    arguments += ["--dist-url", f"tcp://127.0.0.1:{free_port()}", "--dist-timeout", "1"]  # always waited out
     alone = train_net(tmp_path, token, *arguments, *TINY, "OUTPUT_DIR", str(tmp_path / "alone"))
     wait_all([alone])
     text = output(alone)
