@@ -7,7 +7,7 @@ from typing import Any, Dict, List
 
 import torch
 from detectron2.data import DatasetCatalog
-from detectron2.structures import BoxMode, Boxes, Instances
+from detectron2.structures import Boxes, BoxMode, Instances
 from torch import nn
 
 SHIFT_PX = 3.0

@@ -6,6 +6,7 @@ as a dataset of exactly those images; a bad limit is an error naming its key."""
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 from detectron2.data import DatasetCatalog
@@ -68,8 +69,9 @@ def lazy_results(dataset: str, output_dir, *limit: str):
     return lazy_test(cfg, model)["bbox"], model.seen
 
 
-def test_a_limit_infers_and_scores_the_first_images_alone_in_both_config_systems(validation, tmp_path):
+def test_a_limit_infers_and_scores_the_first_images_alone_in_both_config_systems(validation, tmp_path, caplog):
     val, val_two, first_two = validation
+    caplog.set_level(logging.INFO, logger="alrp_d2")
     expected, _ = lazy_results(val_two, tmp_path / "two")
     assert 0 < expected["AP"] < 100  # shifted boxes: a metric that tells subsets apart
     everything, _ = lazy_results(val, tmp_path / "all")
@@ -87,6 +89,7 @@ def test_a_limit_infers_and_scores_the_first_images_alone_in_both_config_systems
     yaml = AlrpTrainer.test(cfg, model)["bbox"]
     assert model.seen == first_two
     assert {k: yaml[k] for k in COMPARED} == pytest.approx({k: expected[k] for k in COMPARED})
+    assert caplog.text.count(f"Evaluating the first 2 of the 4 images of {val}") == 2  # one line a run
 
 
 @pytest.mark.parametrize("value", [-1, 1.5, "2"])
@@ -99,5 +102,5 @@ def test_a_bad_yaml_limit_is_an_error_naming_its_key(value):
 
 @pytest.mark.parametrize("value", ["-1", "1.5", "abc"])
 def test_a_bad_lazy_limit_is_an_error_naming_its_key(value):
-    with pytest.raises(ValueError, match=r"train\.eval_max_images=.*integer >= 0"):
+    with pytest.raises(ValueError, match=r"train\.eval_max_images=.*(integer >= 0|must be a number)"):
         load_lazy_config(QUICKSTART, [f"train.eval_max_images={value}"])
