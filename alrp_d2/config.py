@@ -192,6 +192,8 @@ def _add_network_keys(cfg: CN) -> None:
     # Detections that clipping made empty are kept (mmdetection) instead of dropped (detectron2's
     # detector_postprocess). Zero-area proposals: MODEL.PROPOSAL_GENERATOR.MIN_SIZE -1.
     cfg.TEST.KEEP_EMPTY_DETECTIONS = False
+    # Evaluate the first N images of each dataset of DATASETS.TEST (0: all), scored against those images only.
+    cfg.TEST.MAX_IMAGES = 0
     # Test-time resize (TEST_RESIZES): "detectron2" (ResizeShortestEdge) or "mmcv" (imrescale: cv2 bilinear,
     # mmcv's scale and rounding), both to INPUT.MIN_SIZE_TEST / MAX_SIZE_TEST.
     cfg.INPUT.TEST_RESIZE = "detectron2"
@@ -419,6 +421,7 @@ def validate_alrp_config(cfg: CN) -> None:
     alrp = cfg.MODEL.ALRP
     _validate_self_balance_switch(alrp)
     require_integer("MODEL.ALRP.SB_PERIOD", alrp.SB_PERIOD, 0, " (0: one epoch)")
+    require_integer("TEST.MAX_IMAGES", cfg.TEST.MAX_IMAGES, 0, " (0: all images)")
     require_config(alrp.RANKING in RANKINGS, "MODEL.ALRP.RANKING", alrp.RANKING, f"must be one of {RANKINGS}")
     require_config(
         0.0 <= alrp.RPN_LOW_QUALITY_MIN_IOU <= 1.0,

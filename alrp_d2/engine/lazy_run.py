@@ -34,8 +34,10 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from ..checkpoint import LAST_CHECKPOINT, weights_fingerprint
+from ..config_check import require_integer
 from ..data import SHAPES_DATASETS, register_shapes_datasets
 from ..data.dataset_classes import DatasetClasses, check_classes, dataset_classes
+from ..data.evaluated_images import first_images_dataset
 from ..data.image_errors import ImageErrorGuard
 from ..data.samplers import build_resumable_train_loader
 from ..data.user_datasets import register_user_datasets
@@ -65,13 +67,16 @@ logger = logging.getLogger(__name__)
 #: The project's keys of ``train`` and their values when a config (e.g. one of detectron2's) lacks them:
 #: ``self_balance_period`` (iterations; 0: one epoch of the training set), ``allow_partial_weights`` (weights that do
 #: not fit the model load as detectron2 loads them), ``skip_unreadable_images`` (skip training images that cannot be
-#: read, with a warning per file) and ``seed`` (< 0: drawn, shared by the workers and saved in the checkpoints).
+#: read, with a warning per file), ``seed`` (< 0: drawn, shared by the workers and saved in the checkpoints) and
+#: ``eval_max_images`` (evaluate the first N images of ``dataloader.test``'s datasets; 0 or None: all).
 TRAIN_DEFAULTS: Dict[str, Any] = {
     "self_balance_period": 0,
     "allow_partial_weights": False,
     "skip_unreadable_images": False,
     "seed": -1,
+    "eval_max_images": 0,
 }
+EVAL_MAX_IMAGES_KEY = "train.eval_max_images"
 #: Where a LazyConfig model keeps its number of classes, in the order they are looked up.
 NUM_CLASSES_KEYS = ("model.roi_heads.num_classes", "model.num_classes")
 
@@ -101,7 +106,16 @@ def load_lazy_config(path: str, overrides: Sequence[str] = ()) -> DictConfig:
     period = train_option(cfg, "self_balance_period")
     if not (isinstance(period, int) and period >= 0):
         raise ValueError(f"{path}: train.self_balance_period must be an integer >= 0 (0: one epoch), got {period!r}")
+    eval_max_images(cfg)
     return cfg
+
+
+def eval_max_images(cfg: DictConfig) -> int:
+    """``train.eval_max_images``: an integer >= 0 (0, None or ``null``: every image), else a ValueError naming it."""
+    value = train_option(cfg, "eval_max_images")
+    value = 0 if value in (None, "None") else value  # detectron2's key=value override keeps "None" a string
+    require_integer(EVAL_MAX_IMAGES_KEY, value, 0, " (0 or None: all images)")
+    return value
 
 
 def lazy_calls(node: Any, target: Any) -> Iterator[DictConfig]:
@@ -197,10 +211,21 @@ def build_lazy_train_loader(cfg: DictConfig) -> Tuple[Any, int]:
     return train_loader, len(dataset)
 
 
-def build_lazy_evaluator(cfg: DictConfig, model: nn.Module) -> Any:
-    """``dataloader.evaluator``; a :class:`COCOLRPEvaluator` records the evaluated model (its class and
-    :func:`weights_fingerprint`) in its threshold files, as the YAML path's."""
+def build_lazy_evaluator(cfg: DictConfig, model: nn.Module, evaluated: Dict[str, str]) -> Any:
+    """``dataloader.evaluator`` of the datasets the test loader reads (``evaluated``: each test dataset's name ->
+    the name of the dataset of its evaluated images, :func:`evaluated_datasets`); a :class:`COCOLRPEvaluator`
+    records the evaluated model (its class and :func:`weights_fingerprint`) in its threshold files, as the YAML
+    path's."""
     evaluator = copy.deepcopy(cfg.dataloader.evaluator)
+    if any(name != subset for name, subset in evaluated.items()):
+        names = evaluator.get("dataset_name")
+        if not (isinstance(names, str) and names in evaluated):
+            raise ValueError(
+                f"{EVAL_MAX_IMAGES_KEY}={eval_max_images(cfg)} evaluates a subset of dataloader.test's datasets "
+                f"{list(evaluated)}, but dataloader.evaluator has no dataset_name among them (got {names!r}): set "
+                f'dataloader.evaluator.dataset_name="${{..test.dataset.names}}" or {EVAL_MAX_IMAGES_KEY}=0'
+            )
+        evaluator.dataset_name = evaluated[names]
     target = evaluator.get("_target_")
     if isinstance(target, str):
         target = locate(target)
@@ -210,10 +235,27 @@ def build_lazy_evaluator(cfg: DictConfig, model: nn.Module) -> Any:
     return instantiate(evaluator)
 
 
-def guarded_test_loader(cfg: DictConfig) -> DictConfig:
-    """``dataloader.test`` whose mapper (when it has one) is wrapped by :class:`ImageErrorGuard` for evaluation, as
-    the YAML path's: errors name the image (unreadable, more than 8 bits, an aspect ratio its resize cannot take)."""
+def evaluated_datasets(cfg: DictConfig) -> Dict[str, str]:
+    """Each dataset of ``dataloader.test`` -> the dataset of the images evaluated: the first
+    ``train.eval_max_images`` (:func:`first_images_dataset`; itself when 0, None or the whole dataset)."""
+    max_images = eval_max_images(cfg)
+    names = lazy_dataset_names(cfg, "test")
+    if max_images and not names:
+        raise ValueError(
+            f"{EVAL_MAX_IMAGES_KEY}={max_images} needs dataloader.test's dataset to be detectron2's "
+            "get_detection_dataset_dicts (names=...): this dataloader.test has none"
+        )
+    return {name: first_images_dataset(name, max_images, EVAL_MAX_IMAGES_KEY) for name in names}
+
+
+def guarded_test_loader(cfg: DictConfig, evaluated: Dict[str, str]) -> DictConfig:
+    """``dataloader.test`` of the ``evaluated`` datasets (:func:`evaluated_datasets`) whose mapper (when it has one)
+    is wrapped by :class:`ImageErrorGuard` for evaluation, as the YAML path's: errors name the image (unreadable,
+    more than 8 bits, an aspect ratio its resize cannot take)."""
     loader = copy.deepcopy(cfg.dataloader.test)
+    for call in lazy_calls(loader, get_detection_dataset_dicts):
+        names = call.names
+        call.names = evaluated[names] if isinstance(names, str) else [evaluated[name] for name in names]
     if loader.get("mapper") is not None:  # resolved where it is: its interpolations are relative to dataloader.test
         mapper = OmegaConf.to_container(cfg.dataloader.test.mapper, resolve=True)
         loader.mapper = L(ImageErrorGuard)(mapper=mapper, training=False)
@@ -222,14 +264,17 @@ def guarded_test_loader(cfg: DictConfig) -> DictConfig:
 
 def lazy_test(cfg: DictConfig, model: nn.Module) -> Dict[str, Any]:
     """``dataloader.evaluator`` on ``dataloader.test`` (nothing without an evaluator, or with
-    ``dataloader.evaluator=None`` or ``=null``), after the class checks, with the main process's buffers in every
+    ``dataloader.evaluator=None`` or ``=null``; the first ``train.eval_max_images`` images of each dataset,
+    :func:`evaluated_datasets`), after the class checks, with the main process's buffers in every
     worker (:func:`broadcast_buffers_from_main`: the metrics are those of the saved model)."""
     if cfg.dataloader.get("evaluator") in (None, "None"):  # detectron2's key=value override keeps "None" a string
         return {}
     broadcast_buffers_from_main(model)
     key, expected = lazy_num_classes(cfg)
     check_classes({"dataloader.test": lazy_dataset_names(cfg, "test")}, key, expected, assign="=")
-    results = inference_on_dataset(model, instantiate(guarded_test_loader(cfg)), build_lazy_evaluator(cfg, model))
+    evaluated = evaluated_datasets(cfg)
+    loader = instantiate(guarded_test_loader(cfg, evaluated))
+    results = inference_on_dataset(model, loader, build_lazy_evaluator(cfg, model, evaluated))
     if comm.is_main_process():
         print_csv_format(results)
     return results

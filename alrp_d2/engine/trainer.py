@@ -32,6 +32,7 @@ from ..checkpoint import AlrpCheckpointer, check_weights_classes, weights_finger
 from ..data import build_alrp_mapper
 from ..data.dataset_classes import DatasetClasses, check_dataset_classes, dataset_classes
 from ..data.dataset_segmentations import check_dataset_segmentations
+from ..data.evaluated_images import first_images_dataset
 from ..data.image_errors import ImageErrorGuard
 from ..data.samplers import ResumableBatchSampler, build_resumable_train_loader, derived_seed
 from ..data.training_filter import training_dataset_dicts
@@ -295,9 +296,11 @@ class AlrpTrainer(RunTrainer):
 
     @classmethod
     def build_test_loader(cls, cfg: CfgNode, dataset_name: str):
-        """detectron2's test loader with the aLRP mapper, whose workers die with this process."""
+        """detectron2's test loader with the aLRP mapper, whose workers die with this process, of the first
+        TEST.MAX_IMAGES images of the dataset (0: all; :func:`first_images_dataset`)."""
         mapper = ImageErrorGuard(build_alrp_mapper(cfg, is_train=False), training=False)
-        return workers_die_with_parent(build_detection_test_loader(cfg, dataset_name, mapper=mapper))
+        evaluated = first_images_dataset(dataset_name, cfg.TEST.MAX_IMAGES, "TEST.MAX_IMAGES")
+        return workers_die_with_parent(build_detection_test_loader(cfg, evaluated, mapper=mapper))
 
     @classmethod
     def test(cls, cfg: CfgNode, model, evaluators=None):
@@ -322,6 +325,8 @@ class AlrpTrainer(RunTrainer):
         output_folder: Optional[str] = None,
         model_record: Optional[Dict[str, str]] = None,
     ):
+        """The LRP evaluator of the images the test loader reads: the first TEST.MAX_IMAGES of the dataset."""
+        evaluated = first_images_dataset(dataset_name, cfg.TEST.MAX_IMAGES, "TEST.MAX_IMAGES", log=False)
         return COCOLRPEvaluator(
-            dataset_name, output_dir=output_folder or f"{cfg.OUTPUT_DIR}/inference", model_record=model_record
+            evaluated, output_dir=output_folder or f"{cfg.OUTPUT_DIR}/inference", model_record=model_record
         )

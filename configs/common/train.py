@@ -6,3 +6,4 @@ train.self_balance_period = 0  # iterations between self-balance updates; 0: one
 train.allow_partial_weights = False  # weights that do not fit the model are an error
 train.skip_unreadable_images = False  # an unreadable training image stops training, naming the file
 train.seed = -1  # < 0: drawn once, shared by the workers and saved in the checkpoints
+train.eval_max_images = 0  # evaluate the first N images of each test dataset; 0: all
