@@ -21,6 +21,7 @@ from .box_head import XavierUniformFCHead
 from .correlation_detectors import CorrelationFoveaBox, CorrelationRetinaNet, WithCorrelationLoss
 from .deform_conv import DeformConvWithCpu, ModulatedDeformConvWithCpu
 from .foveabox import FoveaBox
+from .huggingface_detr import HuggingFaceDETR
 from .head_ranking_loss import HeadLoss, HeadRankingLoss, RankingStatistics
 from .low_quality_matcher import MinIoULowQualityMatcher
 from .rank_sort_atss import LevelScaledRetinaNetHead, RankSortATSS
@@ -46,6 +47,7 @@ __all__ = [
     "FoveaBox",
     "FrozenStatsBatchNorm2d",
     "HeadRankingLoss",
+    "HuggingFaceDETR",
     "LastLevelP6P7WithoutReLU",
     "LevelScaledRetinaNetHead",
     "MinIoULowQualityMatcher",
