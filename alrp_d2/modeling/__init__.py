@@ -21,8 +21,8 @@ from .box_head import XavierUniformFCHead
 from .correlation_detectors import CorrelationFoveaBox, CorrelationRetinaNet, WithCorrelationLoss
 from .deform_conv import DeformConvWithCpu, ModulatedDeformConvWithCpu
 from .foveabox import FoveaBox
-from .huggingface_detr import HuggingFaceDETR
 from .head_ranking_loss import HeadLoss, HeadRankingLoss, RankingStatistics
+from .huggingface_detr import HuggingFaceDETR
 from .low_quality_matcher import MinIoULowQualityMatcher
 from .rank_sort_atss import LevelScaledRetinaNetHead, RankSortATSS
 from .rank_sort_mask_head import RankSortMaskHead

@@ -40,7 +40,7 @@ def plain(value: Any) -> Any:
     return value
 
 
-def build_hf_detr(hf_config: Mapping[str, Any], pretrained: str, num_classes: int) -> "PreTrainedModel":
+def build_hf_detr(hf_config: Mapping[str, Any], pretrained: str, num_classes: int) -> PreTrainedModel:
     """The HF detector of ``hf_config`` (``model_type`` and the config's keywords, e.g. ``{"model_type":
     "rt_detr_v2", "d_model": 256, "backbone_config": {"model_type": "rt_detr_resnet", ...}}``) with ``num_classes``
     classes: randomly initialised, or with ``pretrained`` (a local folder written by ``save_pretrained`` or a hub id)
@@ -70,7 +70,7 @@ def build_hf_detr(hf_config: Mapping[str, Any], pretrained: str, num_classes: in
     return model
 
 
-def weighted_hf_terms(model: "PreTrainedModel", loss_dict: Dict[str, Tensor]) -> Dict[str, Tensor]:
+def weighted_hf_terms(model: PreTrainedModel, loss_dict: Dict[str, Tensor]) -> Dict[str, Tensor]:
     """The terms of an HF model's own loss, each weighted as HF sums them into ``outputs.loss``: RT-DETR's are
     weighted already; Deformable-DETR's by ``loss_ce`` 1, ``bbox_loss_coefficient``, ``giou_loss_coefficient``
     (also those of its intermediate layers, suffixed ``_{i}``; ``cardinality_error``, a metric, is left out)."""
@@ -101,6 +101,9 @@ class HuggingFaceDETR(nn.Module):
 
     The state dict holds the HF model's parameters and buffers under ``detr.``; the loss holds none.
     """
+
+    pixel_mean: Tensor
+    pixel_std: Tensor
 
     @configurable
     def __init__(
