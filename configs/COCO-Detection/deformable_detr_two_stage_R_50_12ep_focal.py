@@ -3,7 +3,8 @@
 # comparison; its Rank & Sort twin: deformable_detr_two_stage_R_50_12ep_rank_sort.py. Not trained here.
 from ..common.data.detr_multiscale import dataloader
 from ..common.models.deformable_detr_two_stage import model, optimizer
-from ..common.schedule import DETR_12EP_BATCH32_MAX_ITER, lr_multiplier_detr_12ep as lr_multiplier
+from ..common.schedule import DETR_12EP_BATCH32_MAX_ITER
+from ..common.schedule import lr_multiplier_detr_12ep as lr_multiplier
 from ..common.train import train
 
 model.criterion = None

@@ -3,7 +3,8 @@
 # rtdetr_v2_R_50_vd_6x_rank_sort.py, rtdetr_v2_R_50_vd_6x_alrp.py. Not reproduced: the EMA of the weights (0.9999).
 from ..common.data.rtdetr_640 import dataloader
 from ..common.models.rtdetr_v2 import model, optimizer
-from ..common.schedule import RTDETR_6X_MAX_ITER, lr_multiplier_rtdetr_6x as lr_multiplier
+from ..common.schedule import RTDETR_6X_MAX_ITER
+from ..common.schedule import lr_multiplier_rtdetr_6x as lr_multiplier
 from ..common.train import train
 
 model.criterion = None
