@@ -60,9 +60,9 @@ optimizer = L(GradientClippedAdamW)(
     weight_decay=1e-4,
     max_norm=0.1,
 )
-train.max_iter = 1200
-lr_multiplier = step_schedule([1000], warmup_iters=100)
-train.checkpointer.period = 1200
+train.max_iter = 400
+lr_multiplier = step_schedule([320], warmup_iters=50)
+train.checkpointer.period = 400
 train.eval_period = 0
 train.seed = 42
 train.device = "cpu"
