@@ -78,6 +78,8 @@ def add_alrp_config(cfg: CN) -> None:
     # or "none" (no branch; AlrpFCOS only, where aLRP Loss makes scores reflect localisation).
     cfg.MODEL.FCOS.CENTERNESS = "bce"
 
+    _add_detr_keys(cfg)
+
     # SSD-style training augmentation (Liu et al., ECCV 2016), as used by the paper.
     cfg.INPUT.SSD = CN()
     cfg.INPUT.SSD.ENABLED = False
@@ -102,6 +104,19 @@ def add_alrp_config(cfg: CN) -> None:
     # metrics.json gets a record every LOG_PERIOD iterations, smoothed over the last LOG_PERIOD
     # (detectron2's fixed 20): a resumed run logs the same values when CHECKPOINT_PERIOD is a multiple.
     cfg.SOLVER.LOG_PERIOD = 20
+
+
+def _add_detr_keys(cfg: CN) -> None:
+    """The Hugging Face DETR of ``HuggingFaceDETR`` (docs/detr.md, "detectron2 detectors")."""
+    detr = cfg.MODEL.DETR = CN()
+    # The HF config: model_type ("rt_detr", "rt_detr_v2", "deformable_detr") and its keywords.
+    detr.HF_CONFIG = CN(new_allowed=True)
+    detr.PRETRAINED = ""  # a save_pretrained folder or a hub id; "": random init
+    detr.NUM_CLASSES = 80
+    detr.CRITERION = "RankSortCriterion"  # "": the HF model's own loss
+    detr.LOSS_OPTIONS = CN(new_allowed=True)  # SetRankingLoss keywords
+    detr.NUM_DETECTIONS = 300
+    detr.SIZE_DIVISIBILITY = 32
 
 
 def _add_loss_keys(alrp: CN) -> None:

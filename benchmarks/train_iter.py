@@ -10,7 +10,13 @@ for Faster R-CNN, sampling) differs:
   same detectron2 Faster R-CNN;
 * aLRP FoveaBox (``configs/foveabox_alrp_R50_500.yaml``) vs ``FoveaBox`` with its focal loss + Smooth L1;
 * aLRP FCOS (``configs/alrp_fcos_R50_500.yaml``, with centre-ness) vs detectron2's FCOS (focal loss +
-  GIoU + centre-ness, ``ConfigurableFCOS``).
+  GIoU + centre-ness, ``ConfigurableFCOS``);
+* the DETR recipes (``HuggingFaceDETR``, the ``detr`` extra): RT-DETR v2 R50-vd with Rank & Sort Loss
+  (``configs/COCO-Detection/rtdetr_v2_R_50_vd_6x_rank_sort.py``) or aLRP Loss (``..._alrp.py``) vs the same model with
+  its own varifocal loss; two-stage Deformable-DETR R50 with Rank & Sort Loss
+  (``deformable_detr_two_stage_R_50_12ep_rank_sort.py``) vs its own focal loss. Every decoder layer, the denoising
+  queries and the encoder's proposals are matched and ranked (the matching, scipy's Hungarian algorithm on the CPU, is
+  part of both sides' step); ``--depth`` does not apply to them.
 
 An iteration is forward, backward and an SGD step on a batch already in memory (no data
 loading). The two models of a pair alternate iteration by iteration so that both see the same
@@ -43,6 +49,14 @@ from detectron2.structures import Boxes, Instances  # noqa: E402
 from detectron2.utils.events import EventStorage  # noqa: E402
 
 from alrp_d2.config import setup_cfg  # noqa: E402
+
+#: The DETR pairs: the ranking recipe, compared with the same model trained by its own loss.
+DETR_PAIRS: Dict[str, str] = {
+    "rtdetr_rank_sort": "COCO-Detection/rtdetr_v2_R_50_vd_6x_rank_sort.py",
+    "rtdetr_alrp": "COCO-Detection/rtdetr_v2_R_50_vd_6x_alrp.py",
+    "deformable_rank_sort": "COCO-Detection/deformable_detr_two_stage_R_50_12ep_rank_sort.py",
+}
+DETR_NUM_CLASSES = 80
 
 
 def to_focal_retinanet(cfg: CfgNode) -> None:
@@ -131,17 +145,33 @@ def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: 
     return time.perf_counter() - start
 
 
+def detr_models(name: str, device: str) -> List[torch.nn.Module]:
+    """The DETR recipe ``name`` of :data:`DETR_PAIRS` and the same model with its own loss, from the same random
+    init."""
+    from detectron2.config import LazyConfig, instantiate
+
+    cfg = LazyConfig.load(os.path.join(ROOT, "configs", DETR_PAIRS[name]))
+    cfg.model.num_classes = DETR_NUM_CLASSES
+    models = []
+    for criterion, options in ((cfg.model.criterion, cfg.model.loss_options), (None, {})):
+        cfg.model.criterion, cfg.model.loss_options = criterion, options
+        torch.manual_seed(0)
+        models.append(instantiate(cfg.model).to(device).train())
+    return models
+
+
 def benchmark_pair(name: str, args: argparse.Namespace) -> Tuple[float, float]:
-    config, to_baseline = PAIRS[name]
-    alrp_cfg = load_config(config, args.device, args.depth, getattr(args, "tiny", False))
-    baseline_cfg = alrp_cfg.clone()
-    to_baseline(baseline_cfg)
-    torch.manual_seed(0)
-    models = [build_model(alrp_cfg).train(), build_model(baseline_cfg).train()]
+    if name in DETR_PAIRS:
+        models, classes = detr_models(name, args.device), DETR_NUM_CLASSES
+    else:
+        config, to_baseline = PAIRS[name]
+        alrp_cfg = load_config(config, args.device, args.depth, getattr(args, "tiny", False))
+        baseline_cfg = alrp_cfg.clone()
+        to_baseline(baseline_cfg)
+        torch.manual_seed(0)
+        models, classes = [build_model(alrp_cfg).train(), build_model(baseline_cfg).train()], num_classes(alrp_cfg)
     optimizers = [torch.optim.SGD(m.parameters(), lr=1e-4, momentum=0.9) for m in models]
-    batches = make_batches(
-        args.warmup + args.iters, args.batch, args.size, num_classes(alrp_cfg), args.objects, args.device
-    )
+    batches = make_batches(args.warmup + args.iters, args.batch, args.size, classes, args.objects, args.device)
     times: List[List[float]] = [[], []]
     with EventStorage():
         for step, batch in enumerate(batches):
@@ -155,7 +185,8 @@ def benchmark_pair(name: str, args: argparse.Namespace) -> Tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    parser.add_argument("--pairs", nargs="+", default=list(PAIRS), choices=list(PAIRS))
+    choices = list(PAIRS) + list(DETR_PAIRS)
+    parser.add_argument("--pairs", nargs="+", default=list(PAIRS), choices=choices, help="default: all but the DETRs")
     parser.add_argument("--batch", type=int, default=2, help="images per iteration")
     parser.add_argument("--size", type=int, default=512, help="square input size (SSD training size)")
     parser.add_argument("--objects", type=int, default=7, help="ground-truth boxes per image")
@@ -171,10 +202,10 @@ def main() -> None:
         f"R{args.depth}-FPN, batch {args.batch} x {args.size}^2, {args.objects} objects/image, "
         f"median of {args.iters} iterations after {args.warmup} warm-up"
     )
-    print(f"{'model':<14} | {'ranking (s/it)':>14} | {'baseline (s/it)':>15} | {'ratio':>6}")
+    print(f"{'model':<20} | {'ranking (s/it)':>14} | {'baseline (s/it)':>15} | {'ratio':>6}")
     for name in args.pairs:
         ranking_time, baseline_time = benchmark_pair(name, args)
-        print(f"{name:<14} | {ranking_time:>14.3f} | {baseline_time:>15.3f} | {ranking_time / baseline_time:>5.2f}x")
+        print(f"{name:<20} | {ranking_time:>14.3f} | {baseline_time:>15.3f} | {ranking_time / baseline_time:>5.2f}x")
 
 
 if __name__ == "__main__":

@@ -61,6 +61,10 @@ class DataPositionHook(hooks.HookBase):
 
     def before_train(self) -> None:
         self.sampler.start_iteration = self.trainer.iter
+        # The loader's iterator draws its workers' base seed from torch's RNG: made here, not in the first step,
+        # whose seeded RNG then feeds the model's own draws (RT-DETR's denoising noise) as in any other step.
+        loop: Any = getattr(self.trainer, "_trainer", self.trainer)  # DefaultTrainer's SimpleTrainer, or itself
+        _ = loop._data_loader_iter
 
     def state_dict(self) -> Dict[str, int]:
         """The seed of the sample stream (cfg.SEED, or the one drawn for SEED < 0), so that a

@@ -22,6 +22,7 @@ from .correlation_detectors import CorrelationFoveaBox, CorrelationRetinaNet, Wi
 from .deform_conv import DeformConvWithCpu, ModulatedDeformConvWithCpu
 from .foveabox import FoveaBox
 from .head_ranking_loss import HeadLoss, HeadRankingLoss, RankingStatistics
+from .huggingface_detr import HuggingFaceDETR
 from .low_quality_matcher import MinIoULowQualityMatcher
 from .rank_sort_atss import LevelScaledRetinaNetHead, RankSortATSS
 from .rank_sort_mask_head import RankSortMaskHead
@@ -46,6 +47,7 @@ __all__ = [
     "FoveaBox",
     "FrozenStatsBatchNorm2d",
     "HeadRankingLoss",
+    "HuggingFaceDETR",
     "LastLevelP6P7WithoutReLU",
     "LevelScaledRetinaNetHead",
     "MinIoULowQualityMatcher",

@@ -13,6 +13,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from alrp_d2.engine.lazy_run import lazy_calls
 
 from .tiny_configs import CONFIG_DIR, load_config
+from .tiny_detr_detectors import DEFORMABLE_DETR_TWO_STAGE, RT_DETR_V2
 
 # (LazyConfig, its yacs twin), relative to configs/.
 TWINS = [
@@ -40,6 +41,14 @@ def _tiny_vit(cfg: DictConfig) -> DictConfig:
     return cfg
 
 
+def _tiny_detr(cfg: DictConfig) -> DictConfig:
+    """A DETR recipe's Hugging Face model as the tests' tiny one of its kind (tiny_detr_detectors.py)."""
+    tiny = {"rt_detr_v2": RT_DETR_V2, "deformable_detr": DEFORMABLE_DETR_TWO_STAGE}
+    cfg.model.hf_config = dict(tiny[cfg.model.hf_config.model_type])
+    cfg.model.num_detections = 20
+    return cfg
+
+
 # The LazyConfigs without a yacs twin, with what they need beyond tiny_lazy.
 FLAGSHIPS = {
     "new_baselines/rs_mask_rcnn_R_50_FPN_100ep_LSJ.py": lambda cfg: cfg,
@@ -48,6 +57,17 @@ FLAGSHIPS = {
     "LVISv1-InstanceSegmentation/rs_mask_rcnn_R_50_FPN_1x.py": lambda cfg: cfg,
     "COCO-Detection/rs_cascade_rcnn_R_50_FPN_1x.py": lambda cfg: cfg,
     "quickstart/rs_mask_rcnn_switch_shapes.py": lambda cfg: cfg,
+    "quickstart/rtdetr_shapes.py": _tiny_detr,
+    "COCO-Detection/rtdetr_v2_R_50_vd_6x_varifocal.py": _tiny_detr,
+    "COCO-Detection/rtdetr_v2_R_50_vd_6x_rank_sort.py": _tiny_detr,
+    "COCO-Detection/rtdetr_v2_R_50_vd_6x_alrp.py": _tiny_detr,
+    "COCO-Detection/deformable_detr_two_stage_R_50_12ep_focal.py": _tiny_detr,
+    "COCO-Detection/deformable_detr_two_stage_R_50_12ep_rank_sort.py": _tiny_detr,
+}
+# The flagship recipes trained by the model's own loss (the published baselines of the ranking recipes).
+OWN_LOSS = {
+    "COCO-Detection/rtdetr_v2_R_50_vd_6x_varifocal.py",
+    "COCO-Detection/deformable_detr_two_stage_R_50_12ep_focal.py",
 }
 # The widths of the full configs and the tests': the FPN and its heads, the box head's fully connected layers.
 WIDTHS = {256: 32, 1024: 64}
@@ -59,12 +79,13 @@ def load_lazy(name: str) -> DictConfig:
 
 def tiny_lazy(cfg: DictConfig) -> DictConfig:
     """``cfg`` with a ResNet-18 and 3 classes (in place; returned)."""
-    if cfg.model.backbone.get("out_channels") == 256:
+    backbone = cfg.model.get("backbone")  # none in a Hugging Face DETR's
+    if backbone is not None and backbone.get("out_channels") == 256:
         _shrink_widths(cfg.model)
     for resnet in lazy_calls(cfg.model, ResNet):
         resnet.stages.depth = 18
         resnet.stages.pop("stride_in_1x1", None)
-    top_block = cfg.model.backbone.get("top_block")  # P6 from C5: ResNet-18's 512 channels
+    top_block = backbone.get("top_block") if backbone is not None else None  # P6 from C5: ResNet-18's 512 channels
     if top_block is not None and top_block.get("in_feature", "res5") == "res5" and "in_channels" in top_block:
         top_block.in_channels = 512
     heads = cfg.model.get("roi_heads")

@@ -13,9 +13,10 @@ from detectron2.config import instantiate
 from detectron2.utils.events import EventStorage
 
 from alrp_d2.criteria import CorrelationTerm
+from alrp_d2.detr import SetRankingLoss
 from alrp_d2.modeling import HeadRankingLoss
 
-from .lazy_configs import FLAGSHIPS, TWINS, load_lazy, tiny_lazy
+from .lazy_configs import FLAGSHIPS, OWN_LOSS, TWINS, load_lazy, tiny_lazy
 from .tiny_configs import CONFIG_DIR, tiny_batch, with_masks
 
 
@@ -29,7 +30,7 @@ def test_every_recipe_is_tested():
 
 
 def uses_our_losses(model: torch.nn.Module) -> bool:
-    return any(isinstance(m, HeadRankingLoss) for m in model.modules()) or isinstance(
+    return any(isinstance(m, (HeadRankingLoss, SetRankingLoss)) for m in model.modules()) or isinstance(
         getattr(model, "correlation", None), CorrelationTerm
     )
 
@@ -38,10 +39,12 @@ def uses_our_losses(model: torch.nn.Module) -> bool:
 def test_flagship_recipe_builds_and_takes_a_finite_step(name):
     if "ViTDet" in name:
         pytest.importorskip("timm", reason="detectron2's ViT needs timm: pip install -e '.[vitdet]'")
+    if "detr" in name:
+        pytest.importorskip("transformers", reason="HuggingFaceDETR needs transformers: pip install -e '.[detr]'")
     cfg = FLAGSHIPS[name](tiny_lazy(load_lazy(name)))
     torch.manual_seed(0)
     model = instantiate(cfg.model)
-    assert uses_our_losses(model)
+    assert uses_our_losses(model) == (name not in OWN_LOSS)
     cfg.optimizer.params.model = model
     optimizer = instantiate(cfg.optimizer)
     model.train()

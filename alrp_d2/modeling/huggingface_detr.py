@@ -1,0 +1,203 @@
+"""A Hugging Face DETR (RT-DETR, RT-DETR v2, Deformable-DETR one- or two-stage) as a detectron2 meta-architecture,
+trained by a ranking criterion through :func:`alrp_d2.detr.use_ranking_loss`, or by the model's own loss.
+
+``transformers`` (the ``detr`` extra) is imported when a model is built, not when this module is: importing
+``alrp_d2.modeling`` registers the meta-architecture without it. docs/detr.md, "detectron2 detectors"."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Union
+
+import torch
+from detectron2.config import configurable
+from detectron2.modeling import META_ARCH_REGISTRY
+from detectron2.modeling.postprocessing import detector_postprocess
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from torch import Tensor, nn
+
+from .detr_detections import top_k_detections
+from .detr_inputs import detr_batch, hf_labels
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+__all__ = ["MODEL_TYPES", "HuggingFaceDETR", "build_hf_detr"]
+
+#: The ``model_type`` of the Hugging Face configs the meta-architecture takes; the last one takes a pixel mask.
+MODEL_TYPES = ("rt_detr", "rt_detr_v2", "deformable_detr")
+MASKED_MODEL_TYPES = ("deformable_detr",)
+
+
+def plain(value: Any) -> Any:
+    """A LazyConfig's or yacs' nested mapping / list as plain ``dict`` / ``list`` (what HF's configs serialise)."""
+    if isinstance(value, (DictConfig, ListConfig)):
+        return OmegaConf.to_container(value, resolve=True)
+    if isinstance(value, Mapping):
+        return {key: plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(item) for item in value]
+    return value
+
+
+def build_hf_detr(hf_config: Mapping[str, Any], pretrained: str, num_classes: int) -> PreTrainedModel:
+    """The HF detector of ``hf_config`` (``model_type`` and the config's keywords, e.g. ``{"model_type":
+    "rt_detr_v2", "d_model": 256, "backbone_config": {"model_type": "rt_detr_resnet", ...}}``) with ``num_classes``
+    classes: randomly initialised, or with ``pretrained`` (a local folder written by ``save_pretrained`` or a hub id)
+    the weights and config from there, ``hf_config``'s other keys overriding the config, the class heads
+    re-initialised when the number of classes differs (HF's ``ignore_mismatched_sizes``)."""
+    from transformers import AutoConfig, AutoModelForObjectDetection
+
+    options = dict(plain(hf_config))
+    model_type = options.pop("model_type", None)
+    if pretrained:
+        model = AutoModelForObjectDetection.from_pretrained(
+            pretrained, num_labels=num_classes, ignore_mismatched_sizes=True, **options
+        )
+        if model_type is not None and model.config.model_type != model_type:
+            raise ValueError(
+                f"hf_config model_type {model_type!r} but the pretrained model {pretrained!r} is "
+                f"{model.config.model_type!r}"
+            )
+    else:
+        if model_type not in MODEL_TYPES:
+            raise ValueError(f"hf_config needs a model_type among {MODEL_TYPES}, got {model_type!r}")
+        model = AutoModelForObjectDetection.from_config(
+            AutoConfig.for_model(model_type, num_labels=num_classes, **options)
+        )
+    if model.config.model_type not in MODEL_TYPES:
+        raise ValueError(f"{pretrained!r} is a {model.config.model_type!r} model; supported: {MODEL_TYPES}")
+    return model
+
+
+def weighted_hf_terms(model: PreTrainedModel, loss_dict: Dict[str, Tensor]) -> Dict[str, Tensor]:
+    """The terms of an HF model's own loss, each weighted as HF sums them into ``outputs.loss``: RT-DETR's are
+    weighted already; Deformable-DETR's by ``loss_ce`` 1, ``bbox_loss_coefficient``, ``giou_loss_coefficient``
+    (also those of its intermediate layers, suffixed ``_{i}``; ``cardinality_error``, a metric, is left out)."""
+    config = model.config
+    if config.model_type != "deformable_detr":
+        return loss_dict
+    weights = {"loss_ce": 1.0, "loss_bbox": config.bbox_loss_coefficient, "loss_giou": config.giou_loss_coefficient}
+    terms = {}
+    for key, value in loss_dict.items():
+        weight = weights.get(re.sub(r"_\d+$", "", key))
+        if weight is not None:
+            terms[key] = value * weight
+    return terms
+
+
+@META_ARCH_REGISTRY.register()
+class HuggingFaceDETR(nn.Module):
+    """A Hugging Face DETR trained and evaluated the detectron2 way: detectron2's dataset dicts in (the images
+    normalised and padded, the boxes as HF's labels: :mod:`.detr_inputs`), the loss terms out in training, and
+    ``Instances`` in the original image's pixels at inference (the top ``num_detections`` (query, class) pairs by
+    sigmoid score, :func:`~alrp_d2.modeling.detr_detections.top_k_detections`, scaled as detectron2's
+    ``detector_postprocess``).
+
+    The loss: with ``criterion`` (a registered criterion's name or an instance) the set-prediction ranking loss of
+    :func:`alrp_d2.detr.use_ranking_loss` with ``loss_options`` (its ``SetRankingLoss`` keywords, ``ranking``
+    "global" by default: one ranking over all workers); with ``criterion`` None the HF model's own loss (RT-DETR's
+    varifocal loss, Deformable-DETR's focal loss), its terms weighted as HF weights them.
+
+    The state dict holds the HF model's parameters and buffers under ``detr.``; the loss holds none.
+    """
+
+    pixel_mean: Tensor
+    pixel_std: Tensor
+
+    @configurable
+    def __init__(
+        self,
+        *,
+        hf_config: Mapping[str, Any],
+        num_classes: int,
+        pretrained: str = "",
+        criterion: Union[str, Any, None] = "RankSortCriterion",
+        loss_options: Optional[Mapping[str, Any]] = None,
+        pixel_mean: Sequence[float] = (0.0, 0.0, 0.0),
+        pixel_std: Sequence[float] = (255.0, 255.0, 255.0),
+        input_format: str = "RGB",
+        num_detections: int = 300,
+        size_divisibility: int = 32,
+    ):
+        """
+        Args:
+            hf_config: the HF config's ``model_type`` and keywords (:func:`build_hf_detr`).
+            num_classes: the number of classes (HF's ``num_labels``).
+            pretrained: "" (random init), or a folder of ``save_pretrained`` or a hub id to load from.
+            criterion: the ranking criterion; None: the HF model's own loss.
+            loss_options: keywords of :class:`~alrp_d2.detr.SetRankingLoss` (with a criterion only).
+            pixel_mean, pixel_std: the normalisation of the 0-255 pixels, in ``input_format``'s channel order (HF's
+                RT-DETR: mean 0, std 255; Deformable-DETR: ImageNet's mean and std).
+            input_format: "RGB" or "BGR", the dataset mapper's ``image_format`` (the HF model takes RGB).
+            num_detections: detections per image at inference (RT-DETR 300, Deformable-DETR 100).
+            size_divisibility: the padded batch's sides are multiples of it.
+        """
+        super().__init__()
+        if input_format not in ("RGB", "BGR"):
+            raise ValueError(f"HuggingFaceDETR(input_format={input_format!r}): must be 'RGB' or 'BGR'")
+        if not (isinstance(num_detections, int) and num_detections >= 1):
+            raise ValueError(f"HuggingFaceDETR(num_detections={num_detections!r}): must be an integer >= 1")
+        if criterion is None and loss_options:
+            raise ValueError(
+                f"HuggingFaceDETR(loss_options={plain(loss_options)!r}): options of the ranking loss, but criterion "
+                "is None (the model's own loss)"
+            )
+        self.detr = build_hf_detr(hf_config, pretrained, num_classes)
+        self.num_classes = num_classes
+        self.own_loss = criterion is None  # the HF model's own loss
+        if criterion is not None:
+            from ..detr.hf_loss_function import use_ranking_loss
+
+            use_ranking_loss(self.detr, criterion, **plain(loss_options or {}))
+        self.masked = self.detr.config.model_type in MASKED_MODEL_TYPES
+        self.input_format = input_format
+        self.num_detections = num_detections
+        self.size_divisibility = size_divisibility
+        self.register_buffer("pixel_mean", torch.tensor(list(pixel_mean)).view(-1, 1, 1), persistent=False)
+        self.register_buffer("pixel_std", torch.tensor(list(pixel_std)).view(-1, 1, 1), persistent=False)
+
+    @classmethod
+    def from_config(cls, cfg) -> Dict[str, Any]:
+        detr = cfg.MODEL.DETR
+        return {
+            "hf_config": plain(detr.HF_CONFIG),
+            "num_classes": detr.NUM_CLASSES,
+            "pretrained": detr.PRETRAINED,
+            "criterion": detr.CRITERION or None,
+            "loss_options": plain(detr.LOSS_OPTIONS),
+            "pixel_mean": cfg.MODEL.PIXEL_MEAN,
+            "pixel_std": cfg.MODEL.PIXEL_STD,
+            "input_format": cfg.INPUT.FORMAT,
+            "num_detections": detr.NUM_DETECTIONS,
+            "size_divisibility": detr.SIZE_DIVISIBILITY,
+        }
+
+    @property
+    def device(self) -> torch.device:
+        return self.pixel_mean.device
+
+    def forward(self, batched_inputs: List[Dict[str, Any]]) -> Union[Dict[str, Tensor], List[Dict[str, Any]]]:
+        """Training: the weighted loss terms (their sum is the HF model's ``outputs.loss``). Inference: per image
+        ``{"instances": Instances}`` at its ``height`` x ``width`` (the input's size when not given)."""
+        batch = detr_batch(
+            batched_inputs,
+            self.pixel_mean,
+            self.pixel_std,
+            self.input_format == "BGR",
+            self.size_divisibility,
+            self.masked,
+        )
+        pixel_mask = batch.pixel_mask if self.masked else None
+        if self.training:
+            labels = hf_labels([x["instances"] for x in batched_inputs], batch.scales)
+            outputs = self.detr(pixel_values=batch.pixel_values, pixel_mask=pixel_mask, labels=labels)
+            return weighted_hf_terms(self.detr, outputs.loss_dict) if self.own_loss else outputs.loss_dict
+        outputs = self.detr(pixel_values=batch.pixel_values, pixel_mask=pixel_mask)
+        results = top_k_detections(
+            outputs.logits, outputs.pred_boxes, batch.scales, batch.image_sizes, self.num_detections
+        )
+        return [
+            {"instances": detector_postprocess(result, x.get("height", size[0]), x.get("width", size[1]))}
+            for result, x, size in zip(results, batched_inputs, batch.image_sizes)
+        ]

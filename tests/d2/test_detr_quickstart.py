@@ -1,0 +1,99 @@
+"""The RT-DETR quickstart (configs/quickstart/rtdetr_shapes.py) through train_net.py at tiny scale: it trains with
+Rank & Sort Loss, evaluates with COCO AP and oLRP, a run resumed from a checkpoint ends with the weights of the
+uninterrupted run bit for bit (one intra-op thread), --eval-only evaluates the last checkpoint, ``DefaultPredictor``
+with the yacs keys of the same model predicts what the LazyConfig's model predicts, and --num-gpus 2 trains with one
+global ranking."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Dict, List
+
+import pytest
+import torch
+from detectron2.checkpoint import DetectionCheckpointer
+from detectron2.config import LazyConfig, instantiate
+from detectron2.data.detection_utils import read_image
+from detectron2.engine import DefaultPredictor
+
+from .lazy_runs import logged, run_train_net, shapes_dataset_arguments
+from .tiny_detr_detectors import QUICKSTART, quickstart_yacs_config
+
+pytest.importorskip("transformers", reason="HuggingFaceDETR needs transformers: pip install -e '.[detr]'")
+
+MAX_ITER, CHECKPOINT_PERIOD = 4, 2
+RANKING_TERMS = {"loss_rank", "loss_bbox", "loss_giou", "loss_rank_dn_0", "loss_rank_enc"}
+
+
+@pytest.fixture(scope="module")
+def datasets(tmp_path_factory) -> List[str]:
+    return shapes_dataset_arguments(str(tmp_path_factory.mktemp("datasets")), "detr", num_val=2)
+
+
+def overrides(output_dir: Path, batch_size: int = 2) -> List[str]:
+    return [
+        f"train.output_dir={output_dir}",
+        f"train.max_iter={MAX_ITER}",
+        f"train.checkpointer.period={CHECKPOINT_PERIOD}",
+        "train.log_period=1",
+        "train.seed=5",
+        f"dataloader.train.total_batch_size={batch_size}",
+        "dataloader.train.dataset.names=detr_train",
+        "dataloader.test.dataset.names=detr_val",
+    ]
+
+
+def final_weights(output_dir: Path) -> Dict[str, torch.Tensor]:
+    return torch.load(output_dir / "model_final.pth", map_location="cpu", weights_only=True)["model"]
+
+
+def test_quickstart_trains_evaluates_resumes_exactly_and_predicts(datasets, tmp_path):
+    uninterrupted, resumed = tmp_path / "uninterrupted", tmp_path / "resumed"
+    run_train_net(["--config-file", QUICKSTART, *datasets, *overrides(uninterrupted)])
+    resumed.mkdir()
+    checkpoint = f"model_{CHECKPOINT_PERIOD - 1:07d}.pth"
+    shutil.copy(uninterrupted / checkpoint, resumed / checkpoint)
+    (resumed / "last_checkpoint").write_text(checkpoint)
+    run_train_net(["--config-file", QUICKSTART, *datasets, "--resume", *overrides(resumed)])
+
+    expected, got = logged(uninterrupted), logged(resumed)
+    assert sorted(expected) == list(range(MAX_ITER + 1))  # the evaluation is logged as iteration MAX_ITER
+    assert RANKING_TERMS <= set(expected[0])
+    assert sorted(got) == list(range(CHECKPOINT_PERIOD, MAX_ITER + 1))
+    for iteration in got:
+        assert got[iteration] == expected[iteration], f"iteration {iteration}"
+    assert {"bbox/AP", "bbox/AP75", "bbox/oLRP", "bbox/oLRP_loc", "bbox/oLRP_FP", "bbox/oLRP_FN"} <= set(
+        expected[MAX_ITER]
+    )
+    weights, resumed_weights = final_weights(uninterrupted), final_weights(resumed)
+    assert weights.keys() == resumed_weights.keys() and all(key.startswith("detr.") for key in weights)
+    for name, value in weights.items():
+        assert torch.equal(value, resumed_weights[name]), name
+
+    log = run_train_net(["--config-file", QUICKSTART, *datasets, "--eval-only", "--resume", *overrides(resumed)])
+    assert f"{expected[MAX_ITER]['bbox/oLRP']:.4f}" in log  # the uninterrupted run's final evaluation
+
+    image_path = sorted((Path(datasets[-1])).glob("*.jpg"))[0]
+    image = read_image(str(image_path), format="RGB")
+    predictor = DefaultPredictor(quickstart_yacs_config(str(uninterrupted / "model_final.pth")))
+    predicted = predictor(read_image(str(image_path), format="BGR"))["instances"]  # DefaultPredictor takes BGR
+    model = instantiate(LazyConfig.load(QUICKSTART).model).eval()
+    DetectionCheckpointer(model).load(str(uninterrupted / "model_final.pth"))
+    with torch.no_grad():
+        tensor = torch.as_tensor(image.transpose(2, 0, 1).copy())
+        direct = model([{"image": tensor, "height": image.shape[0], "width": image.shape[1]}])[0]["instances"]
+    assert len(predicted) == len(direct) > 0 and predicted.image_size == image.shape[:2]
+    torch.testing.assert_close(predicted.pred_boxes.tensor, direct.pred_boxes.tensor)
+    torch.testing.assert_close(predicted.scores, direct.scores)
+    assert torch.equal(predicted.pred_classes, direct.pred_classes)
+
+
+def test_two_workers_train_with_one_global_ranking(datasets, tmp_path):
+    """--num-gpus 2 (gloo workers) trains the DDP-wrapped model with the ranking loss over both workers' images (its
+    exactness against one process: tests/hf/test_hf_global_ranking.py) and logs its terms."""
+    output_dir = tmp_path / "two_workers"
+    arguments = overrides(output_dir, batch_size=4) + ["train.max_iter=2", "dataloader.evaluator=None"]
+    run_train_net(["--config-file", QUICKSTART, "--num-gpus", "2", *datasets, *arguments])
+    records = logged(output_dir)
+    assert sorted(records) == [0, 1] and RANKING_TERMS <= set(records[1])
