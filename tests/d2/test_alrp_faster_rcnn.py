@@ -180,7 +180,8 @@ def test_batch_without_proposals_gives_finite_zero_box_losses():
     losses, logged = train_losses(model)
     sum(losses.values()).backward()
     assert losses["loss_box_cls"].item() == losses["loss_box_loc"].item() == 0
-    assert losses["loss_rpn_cls"].item() > 0 and logged["box"] == {"cls": 0.0, "loc": 0.0, "ratio": None}
+    assert losses["loss_rpn_cls"].item() > 0
+    assert logged["box"] == {"cls": 0.0, "loc": 0.0, "ratio": None, "logit_min": 0.0, "logit_max": 0.0}
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
 
 
