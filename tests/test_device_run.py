@@ -159,8 +159,8 @@ def module_file(module):
 
 
 def module_level_imports(path):
-    """(absolute module, optional) of the imports that run when the file is imported: function bodies aside, and
-    those inside a ``try`` that catches ImportError optional."""
+    """(absolute module, optional) of the imports that run when the file is imported: function bodies and
+    ``if TYPE_CHECKING:`` blocks aside, and those inside a ``try`` that catches ImportError optional."""
     package = os.path.relpath(os.path.dirname(path), ROOT).replace(os.sep, ".")
 
     def visit(statements, optional):
@@ -177,6 +177,8 @@ def module_level_imports(path):
                     base = node.module
                 yield base, optional
                 yield from ((f"{base}.{alias.name}", optional) for alias in node.names)  # submodules
+            elif isinstance(node, ast.If) and ast.unparse(node.test) in {"TYPE_CHECKING", "typing.TYPE_CHECKING"}:
+                yield from visit(node.orelse, optional)
             elif isinstance(node, ast.Try):
                 catches = {ast.unparse(h.type) for h in node.handlers if h.type is not None}
                 guarded = optional or bool(catches & {"ImportError", "ModuleNotFoundError"})
