@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Callable, Dict, List, Tuple
+
+import torch
 
 from alrp_d2.data.shapes import prepare_shapes_dataset, shapes_paths
 
@@ -79,3 +82,22 @@ def run_machines(arguments: List[List[str]], timeout_s: float = 300) -> List[Tup
             output, _ = process.communicate()
         results.append((process.returncode, output))
     return results
+
+
+def train_then_resume(
+    arguments: List[str], overrides: Callable[[Path], List[str]], tmp_path: Path, checkpoint_period: int
+) -> Tuple[Path, Path]:
+    """The output folders of an uninterrupted ``train_net.py`` run and of one resumed from its first checkpoint
+    (``overrides(output_dir)`` after ``arguments``)."""
+    uninterrupted, resumed = tmp_path / "uninterrupted", tmp_path / "resumed"
+    run_train_net([*arguments, *overrides(uninterrupted)])
+    resumed.mkdir()
+    checkpoint = f"model_{checkpoint_period - 1:07d}.pth"
+    shutil.copy(uninterrupted / checkpoint, resumed / checkpoint)
+    (resumed / "last_checkpoint").write_text(checkpoint)
+    run_train_net([*arguments, "--resume", *overrides(resumed)])
+    return uninterrupted, resumed
+
+
+def final_weights(output_dir: Path) -> Dict[str, torch.Tensor]:
+    return torch.load(output_dir / "model_final.pth", map_location="cpu", weights_only=True)["model"]

@@ -6,9 +6,8 @@ global ranking."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
-from typing import Dict, List
+from typing import List
 
 import pytest
 import torch
@@ -17,7 +16,7 @@ from detectron2.config import LazyConfig, instantiate
 from detectron2.data.detection_utils import read_image
 from detectron2.engine import DefaultPredictor
 
-from .lazy_runs import logged, run_train_net, shapes_dataset_arguments
+from .lazy_runs import final_weights, logged, run_train_net, shapes_dataset_arguments, train_then_resume
 from .tiny_detr_detectors import QUICKSTART, quickstart_yacs_config
 
 pytest.importorskip("transformers", reason="HuggingFaceDETR needs transformers: pip install -e '.[detr]'")
@@ -44,18 +43,9 @@ def overrides(output_dir: Path, batch_size: int = 2) -> List[str]:
     ]
 
 
-def final_weights(output_dir: Path) -> Dict[str, torch.Tensor]:
-    return torch.load(output_dir / "model_final.pth", map_location="cpu", weights_only=True)["model"]
-
-
 def test_quickstart_trains_evaluates_resumes_exactly_and_predicts(datasets, tmp_path):
-    uninterrupted, resumed = tmp_path / "uninterrupted", tmp_path / "resumed"
-    run_train_net(["--config-file", QUICKSTART, *datasets, *overrides(uninterrupted)])
-    resumed.mkdir()
-    checkpoint = f"model_{CHECKPOINT_PERIOD - 1:07d}.pth"
-    shutil.copy(uninterrupted / checkpoint, resumed / checkpoint)
-    (resumed / "last_checkpoint").write_text(checkpoint)
-    run_train_net(["--config-file", QUICKSTART, *datasets, "--resume", *overrides(resumed)])
+    arguments = ["--config-file", QUICKSTART, *datasets]
+    uninterrupted, resumed = train_then_resume(arguments, overrides, tmp_path, CHECKPOINT_PERIOD)
 
     expected, got = logged(uninterrupted), logged(resumed)
     assert sorted(expected) == list(range(MAX_ITER + 1))  # the evaluation is logged as iteration MAX_ITER

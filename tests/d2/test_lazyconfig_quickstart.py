@@ -4,18 +4,25 @@ intra-op thread), and --eval-only evaluates the last checkpoint (with --resume) 
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, List
+from typing import List
 
 import pytest
 import torch
 
 from alrp_d2.evaluation.lrp_threshold_predictor import read_lrp_threshold_file
 
-from .lazy_runs import REPO_ROOT, environment, logged, run_train_net, shapes_dataset_arguments
+from .lazy_runs import (
+    REPO_ROOT,
+    environment,
+    final_weights,
+    logged,
+    run_train_net,
+    shapes_dataset_arguments,
+    train_then_resume,
+)
 
 QUICKSTART = str(REPO_ROOT / "configs" / "quickstart" / "alrp_retinanet_shapes.py")
 MAX_ITER, CHECKPOINT_PERIOD = 6, 3
@@ -41,18 +48,9 @@ def overrides(output_dir: Path) -> List[str]:
     ]
 
 
-def final_weights(output_dir: Path) -> Dict[str, torch.Tensor]:
-    return torch.load(output_dir / "model_final.pth", map_location="cpu", weights_only=True)["model"]
-
-
 def test_lazyconfig_quickstart_trains_evaluates_with_lrp_and_resumes_exactly(datasets, tmp_path):
-    uninterrupted, resumed = tmp_path / "uninterrupted", tmp_path / "resumed"
-    run_train_net(["--config-file", QUICKSTART, *datasets, *overrides(uninterrupted)])
-    resumed.mkdir()
-    checkpoint = f"model_{CHECKPOINT_PERIOD - 1:07d}.pth"
-    shutil.copy(uninterrupted / checkpoint, resumed / checkpoint)
-    (resumed / "last_checkpoint").write_text(checkpoint)
-    run_train_net(["--config-file", QUICKSTART, *datasets, "--resume", *overrides(resumed)])
+    arguments = ["--config-file", QUICKSTART, *datasets]
+    uninterrupted, resumed = train_then_resume(arguments, overrides, tmp_path, CHECKPOINT_PERIOD)
 
     expected, got = logged(uninterrupted), logged(resumed)
     assert sorted(expected) == list(range(MAX_ITER + 1))  # the evaluation is logged as iteration MAX_ITER

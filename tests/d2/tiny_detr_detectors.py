@@ -10,52 +10,22 @@ from detectron2.config import CfgNode, LazyConfig, get_cfg
 from alrp_d2.config import add_alrp_config
 from alrp_d2.modeling.huggingface_detr import plain
 
+from ..tiny_detr_sizes import BACKBONE, DEFORMABLE_DETR_SIZES, RT_DETR_SIZES
 from .lazy_runs import REPO_ROOT
 
 QUICKSTART = str(REPO_ROOT / "configs" / "quickstart" / "rtdetr_shapes.py")
-BACKBONE = {
-    "embedding_size": 8,
-    "hidden_sizes": [8, 16, 16, 16],
-    "depths": [1, 1, 1, 1],
-    "layer_type": "basic",
-    "out_features": ["stage2", "stage3", "stage4"],
-}
 RT_DETR_V2: Dict[str, Any] = {
     "model_type": "rt_detr_v2",
     "backbone_config": {"model_type": "rt_detr_resnet", **BACKBONE},
     "freeze_backbone_batch_norms": False,
-    "encoder_in_channels": [16, 16, 16],
-    "encoder_hidden_dim": 16,
-    "encoder_ffn_dim": 32,
-    "encoder_attention_heads": 2,
-    "hidden_expansion": 0.5,
-    "d_model": 16,
-    "decoder_in_channels": [16, 16, 16],
-    "decoder_ffn_dim": 32,
-    "decoder_attention_heads": 2,
-    "decoder_layers": 2,
-    "decoder_n_points": 2,
-    "num_queries": 12,
-    "num_denoising": 8,
+    **RT_DETR_SIZES,
 }
 DEFORMABLE_DETR_TWO_STAGE: Dict[str, Any] = {
     "model_type": "deformable_detr",
     "backbone_config": {"model_type": "resnet", **BACKBONE},
     "use_timm_backbone": False,
     "use_pretrained_backbone": False,
-    "d_model": 32,
-    "encoder_layers": 1,
-    "decoder_layers": 2,
-    "encoder_ffn_dim": 32,
-    "decoder_ffn_dim": 32,
-    "encoder_attention_heads": 2,
-    "decoder_attention_heads": 2,
-    "num_feature_levels": 3,
-    "encoder_n_points": 2,
-    "decoder_n_points": 2,
-    "num_queries": 12,
-    "two_stage_num_proposals": 12,
-    "auxiliary_loss": True,
+    **DEFORMABLE_DETR_SIZES,
     "two_stage": True,
     "with_box_refine": True,
 }

@@ -18,47 +18,14 @@ from transformers import (
     RTDetrV2ForObjectDetection,
 )
 
+from ..tiny_detr_sizes import BACKBONE, DEFORMABLE_DETR_SIZES, RT_DETR_SIZES
+
 NUM_LABELS = 3
 IMAGE_SIZE = 64
-BACKBONE = {
-    "embedding_size": 8,
-    "hidden_sizes": [8, 16, 16, 16],
-    "depths": [1, 1, 1, 1],
-    "layer_type": "basic",
-    "out_features": ["stage2", "stage3", "stage4"],
-}
-RT_DETR = {
-    "backbone_config": RTDetrResNetConfig(**BACKBONE),
-    "encoder_in_channels": [16, 16, 16],
-    "encoder_hidden_dim": 16,
-    "encoder_ffn_dim": 32,
-    "encoder_attention_heads": 2,
-    "hidden_expansion": 0.5,
-    "d_model": 16,
-    "decoder_in_channels": [16, 16, 16],
-    "decoder_ffn_dim": 32,
-    "decoder_attention_heads": 2,
-    "decoder_layers": 2,
-    "decoder_n_points": 2,
-    "num_queries": 12,
-    "num_denoising": 8,
-    "num_labels": NUM_LABELS,
-}
+RT_DETR = {"backbone_config": RTDetrResNetConfig(**BACKBONE), **RT_DETR_SIZES, "num_labels": NUM_LABELS}
 DEFORMABLE_DETR = {
     "backbone_config": ResNetConfig(**BACKBONE),
-    "d_model": 32,
-    "encoder_layers": 1,
-    "decoder_layers": 2,
-    "encoder_ffn_dim": 32,
-    "decoder_ffn_dim": 32,
-    "encoder_attention_heads": 2,
-    "decoder_attention_heads": 2,
-    "num_feature_levels": 3,
-    "encoder_n_points": 2,
-    "decoder_n_points": 2,
-    "num_queries": 12,
-    "two_stage_num_proposals": 12,
-    "auxiliary_loss": True,
+    **DEFORMABLE_DETR_SIZES,
     "dropout": 0.0,
     "num_labels": NUM_LABELS,
 }
