@@ -6,8 +6,8 @@
 #   tools/rehearse_device_run.sh [--official-repo ALRP --ranksort-repo RS --brl-repo BRL] [--detectron2 PATH]
 #       [--work DIR]
 #
-# 1. A virtual environment in WORK/venv with this interpreter's torch version and numpy from PyPI (network; kept
-#    for the next rehearsal while it still holds nothing else).
+# 1. A virtual environment in WORK/venv with this interpreter's torch version and numpy (uv's cache where uv is
+#    installed, else PyPI; kept for the next rehearsal while it still holds nothing else).
 # 2. A bundle in WORK/bundle by tools/make_device_bundle.sh for this Python, with the torchvision wheel of this
 #    torch (network; kept for the next rehearsal). Without the three repositories the reference losses are left out
 #    and the report says so.
@@ -47,8 +47,14 @@ EOF
 if [ ! -x "$VENV/bin/python" ] || ! pristine; then
   phase "a virtual environment with torch $TORCH and numpy only, in $VENV"
   rm -rf "$VENV"
-  python3 -m venv "$VENV"
-  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "torch==$TORCH" numpy
+  if command -v uv >/dev/null 2>&1; then
+    # uv links torch from its cache (filled by uv sync) instead of downloading it again; --seed adds pip.
+    uv venv --quiet --seed --python python3 "$VENV"
+    uv pip install --quiet --python "$VENV/bin/python" "torch==$TORCH" numpy
+  else
+    python3 -m venv "$VENV"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "torch==$TORCH" numpy
+  fi
   pristine
 fi
 if [ ! -f "$BUNDLE/SOURCES.txt" ]; then
