@@ -30,18 +30,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import warnings
 from datetime import timedelta
 
-# Every command would print third-party deprecation warnings with this torch: of the @torch.jit.script decorators that
-# detectron2 applies on import, of its torch.meshgrid call and of pkg_resources. Ignored here as setup.cfg's pytest
-# filters do, each by its message, category and module; any other warning shows.
-for _message, _category, _module in (
-    (r"`torch\.jit\.script` is deprecated", FutureWarning, r"torch\.jit\._script"),
-    (r"torch\.meshgrid. in an upcoming release", UserWarning, r"torch\.functional"),
-    (r"pkg_resources is deprecated as an API", UserWarning, r"detectron2\.config\.lazy"),
-):
-    warnings.filterwarnings("ignore", message=_message, category=_category, module=_module)
+from alrp_d2.known_warnings import ignore_third_party_deprecations
+
+ignore_third_party_deprecations()  # before detectron2 is imported
 
 from detectron2.config import CfgNode
 from detectron2.engine import default_argument_parser, default_setup, launch

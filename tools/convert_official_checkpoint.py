@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# ruff: noqa: E402  (the warning filters below come before detectron2 is imported)
 """Converts a checkpoint of the official aLRP Loss models (kemaloksuz/aLRPLoss, an mmdetection 2.1 fork) into a
 detectron2 checkpoint of this project's model for the same network.
 
@@ -35,6 +36,10 @@ import re
 import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from alrp_d2.known_warnings import ignore_third_party_deprecations
+
+ignore_third_party_deprecations()  # before detectron2 is imported
 
 import torch
 from torch import Tensor

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# ruff: noqa: E402  (the warning filters below come before detectron2 is imported)
 """Draw the ground truth of a registered dataset (boxes, class names, masks) to look at it before training:
 
     python tools/show_dataset.py shapes_val --output output/shapes_val_gt --num 8 --scale 4
@@ -16,6 +17,10 @@ import argparse
 import os
 import sys
 from typing import List, Optional, Sequence
+
+from alrp_d2.known_warnings import ignore_third_party_deprecations
+
+ignore_third_party_deprecations()  # before detectron2 is imported
 
 from detectron2.data import DatasetCatalog, MetadataCatalog
 from detectron2.data.detection_utils import read_image
