@@ -55,15 +55,15 @@ from detectron2.utils.logger import setup_logger
 from detectron2.utils.visualizer import Visualizer
 from PIL import Image, UnidentifiedImageError
 
-from alrp_d2.argument_types import drawing_scale, score_threshold
 from alrp_d2.checkpoint import IncompatibleWeightsError, NonFiniteWeightsError, UnreadableCheckpointError
+from alrp_d2.checkpoint.safe_pickle import UnsafePickleError
 from alrp_d2.config import setup_cfg
+from alrp_d2.config.argument_types import drawing_scale, score_threshold
 from alrp_d2.data.dataset_classes import ClassesMismatchError, check_dataset_classes
 from alrp_d2.data.image_errors import high_bit_depth_error
 from alrp_d2.data.image_size import ImageSizeError
 from alrp_d2.data.user_datasets import add_dataset_argument, register_user_datasets
 from alrp_d2.evaluation import AlrpPredictor, LRPThresholdPredictor
-from alrp_d2.safe_pickle import UnsafePickleError
 from alrp_d2.user_modules import add_import_argument, import_user_modules
 
 __all__ = [
