@@ -10,7 +10,7 @@ from typing import Dict, List, Tuple
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
-from alrp_d2.evaluation.lrp_metric import OptimalLRP
+from alrp_d2.lrp.lrp_metric import OptimalLRP
 
 # ---------------------------------------------------------------------------------------------
 # A hand-made dataset. Categories: cat_a (1), cat_b (2, ground truth, no detection), cat_c (3,

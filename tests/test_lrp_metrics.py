@@ -1,4 +1,4 @@
-"""LRP metrics (alrp_d2.evaluation.lrp_metric, .coco_matching) against hand-computed values, a
+"""LRP metrics (alrp_d2.lrp.lrp_metric, .coco_matching) against hand-computed values, a
 brute-force reference over all score thresholds, and pycocotools' own matching. Needs numpy and pycocotools only."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
-from alrp_d2.evaluation.coco_matching import detection_matches, matches_from_eval_imgs, matches_from_iou_matrices
-from alrp_d2.evaluation.lrp_metric import (
+from alrp_d2.lrp.coco_matching import detection_matches, matches_from_eval_imgs, matches_from_iou_matrices
+from alrp_d2.lrp.lrp_metric import (
     DetectionMatches,
     OptimalLRP,
     average_ranks,

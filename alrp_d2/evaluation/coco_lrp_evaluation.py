@@ -1,5 +1,5 @@
 """COCO evaluation with optimal LRP, AP at IoU 0.90 and the classification/localisation rank
-correlation next to COCO AP (see :mod:`alrp_d2.evaluation.lrp_metric` for the definitions)."""
+correlation next to COCO AP (see :mod:`alrp_d2.lrp.lrp_metric` for the definitions)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from detectron2.utils.logger import create_small_table
 from pycocotools.cocoeval import COCOeval
 from tabulate import tabulate
 
-from .coco_matching import detection_matches
-from .lrp_metric import LRP_TAU, ClassResult, evaluate_classes, summarise
+from ..lrp.coco_matching import detection_matches
+from ..lrp.lrp_metric import LRP_TAU, ClassResult, evaluate_classes, summarise
 
 LRP_THRESHOLDS_FILE = "lrp_optimal_thresholds.json"
 #: The tasks that get LRP metrics, and the file of their LRP-optimal thresholds.

@@ -12,7 +12,7 @@ with ``N_FN = N_GT - N_TP`` and the TP validation threshold ``tau = 0.5``. The o
 ``1 - IoU`` of the TPs, ``N_FP / (N_TP + N_FP)`` and ``N_FN / N_GT`` at that threshold.
 
 The input is a :class:`DetectionMatches` (TP/FP flags, scores and IoUs of every detection);
-:mod:`alrp_d2.evaluation.coco_matching` reads it out of a COCOeval.
+:mod:`.matching` computes it, :mod:`.coco_matching` reads it out of a COCOeval.
 """
 
 from __future__ import annotations
