@@ -29,7 +29,7 @@ UNDEFINED_BECAUSE = {
     "oLRP": "no class has ground truth",
     "oLRP_loc": "no class has a true positive",
     "oLRP_FP": "no class has a true positive",
-    "oLRP_FN": "no class has a true positive",
+    "oLRP_FN": "no class has ground truth",
     "AP90": "no class has ground truth",
     "rho": "no class has two true positives with distinct scores and distinct IoUs",
 }
@@ -108,8 +108,8 @@ def check_finite_detections(predictions: Sequence[Mapping[str, Any]]) -> None:
 class COCOLRPEvaluator(COCOEvaluator):
     """detectron2's COCOEvaluator whose ``results["bbox"]`` (and ``results["segm"]`` for instance
     masks, with the masks' IoUs, as the official LRP code evaluates segmentation) also holds ``oLRP``, ``oLRP_loc``,
-    ``oLRP_FP``, ``oLRP_FN`` (x100, means over classes with ground truth; components over
-    classes with a true positive), ``AP90`` (x100), ``rho`` (mean Spearman correlation between
+    ``oLRP_FP``, ``oLRP_FN`` (x100, means over classes with ground truth; the localisation and FP
+    components over classes with a true positive), ``AP90`` (x100), ``rho`` (mean Spearman correlation between
     scores and IoUs of the TPs, in [-1, 1]) and ``oLRP-<class name>`` (``oLRP-<name> (id <id>)`` for a
     name that several classes share). The LRP-optimal score threshold of every class is written to
     ``<output_dir>/lrp_optimal_thresholds.json`` (``..._segm.json`` for masks) as ``{"model":

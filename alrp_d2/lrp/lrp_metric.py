@@ -47,13 +47,14 @@ class DetectionMatches:
 @dataclass(frozen=True)
 class OptimalLRP:
     """oLRP of one class with its components and LRP-optimal score threshold (detections with
-    ``score >= threshold`` are kept). The components and the threshold are ``None`` when the
-    class has no true positive at any threshold (then ``olrp == 1``)."""
+    ``score >= threshold`` are kept). A class without a true positive at any threshold has
+    ``olrp == 1`` and ``fn == 1`` (it misses every ground truth whatever the threshold), its
+    ``loc``, ``fp`` and threshold ``None`` (as the official LRP-Error code)."""
 
     olrp: float
     loc: Optional[float]
     fp: Optional[float]
-    fn: Optional[float]
+    fn: float
     threshold: Optional[float]
 
 
@@ -111,7 +112,7 @@ def optimal_lrp(
     # A score threshold only cuts between distinct scores: the ends of tied runs are the cuts.
     cuts = np.flatnonzero(last_of_runs(sorted_scores) & (num_tp > 0))
     if len(cuts) == 0:
-        return OptimalLRP(olrp=1.0, loc=None, fp=None, fn=None, threshold=None)
+        return OptimalLRP(olrp=1.0, loc=None, fp=None, fn=1.0, threshold=None)
     lrp = (loc_error[cuts] / (1.0 - tau) + num_fp[cuts] + (num_gt - num_tp[cuts])) / (num_fp[cuts] + num_gt)
     best = cuts[int(np.argmin(lrp))]
     tp_at, fp_at = int(num_tp[best]), int(num_fp[best])
@@ -184,7 +185,7 @@ def _mean_or_nan(values: Sequence[Optional[float]]) -> float:
 
 def summarise(classes: Sequence[ClassResult]) -> Dict[str, float]:
     """Dataset-level metrics: oLRP and its components (x100) averaged over the classes with
-    ground truth (components over those with a TP), rho averaged over the classes where it is
+    ground truth (localisation and FP components over those with a TP), rho over the classes where it is
     defined. A mean over no class is NaN (e.g. no ground truth at all)."""
     with_gt = [c.lrp for c in classes if c.lrp is not None]
     return {
