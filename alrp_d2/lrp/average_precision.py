@@ -28,8 +28,8 @@ def class_precisions(scores: np.ndarray, is_tp: np.ndarray, num_gt: int) -> np.n
 def average_precision(matches: DetectionMatches) -> float:
     """COCO AP (x100) of the matches at their IoU threshold; NaN when no class has ground truth."""
     per_class = [
-        class_precisions(*matches.of_class(k)[:2], int(num_gt))
-        for k, num_gt in enumerate(matches.num_gt.tolist())
+        class_precisions(scores, is_tp, int(num_gt))
+        for num_gt, (scores, is_tp, _) in zip(matches.num_gt.tolist(), matches.per_class())
         if num_gt > 0
     ]
     return float(np.mean(np.concatenate(per_class)) * 100) if per_class else float("nan")
