@@ -75,7 +75,7 @@ def _images_record(images: Any, path: str) -> Optional[Mapping[str, Any]]:
     """The file's ``images`` ({"dataset", "evaluated", "of"}; None in files that do not record them), checked."""
     if images is None:
         return None
-    counts = [images.get(key) for key in ("evaluated", "of")] if isinstance(images, dict) else []
+    counts: List[Any] = [images.get(key) for key in ("evaluated", "of")] if isinstance(images, dict) else []
     if not (
         len(counts) == 2
         and all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in counts)
