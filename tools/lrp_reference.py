@@ -42,13 +42,13 @@ def _polygon(box: np.ndarray, rng: np.random.Generator) -> List[float]:
 def _box(rng: np.random.Generator, size: int) -> np.ndarray:
     wh = rng.uniform(size * 0.08, size * 0.45, 2)
     xy = rng.uniform(0, size - wh)
-    return np.round(np.concatenate([xy, wh]), 2)
+    return np.round(np.concatenate([xy, wh]) * 8) / 8  # exact in float32 (detectron2's boxes)
 
 
 def _jittered(box: np.ndarray, rng: np.random.Generator, size: int) -> np.ndarray:
     wh = np.clip(box[2:] * np.exp(rng.normal(0, 0.2, 2)), 1.0, size)
     xy = np.clip(box[:2] + rng.normal(0, 0.12, 2) * box[2:], 0, size - wh)
-    return np.round(np.concatenate([xy, wh]), 2)
+    return np.round(np.concatenate([xy, wh]) * 8) / 8  # exact in float32 (detectron2's boxes)
 
 
 def make_case(seed: int, images: int, classes: int, size: int) -> Tuple[Dict[str, Any], List[Dict[str, Any]]]:
