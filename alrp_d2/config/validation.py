@@ -151,8 +151,8 @@ def _validate_solver_periods(cfg: CN) -> None:
 
 
 def _validate_self_balance_switch(alrp: CN) -> None:
-    """MODEL.ALRP.SB_ENABLED is a bool (None would silently mean False). The localisation weights (SB_INIT_WEIGHT,
-    LOC_WEIGHT) are checked by the heads that read them (``HeadRankingLoss.from_config``)."""
+    """MODEL.ALRP.SB_ENABLED is a bool (None would silently mean False). The localisation weight it selects
+    (SB_INIT_WEIGHT or LOC_WEIGHT) is checked by the constructor of the heads' losses (``HeadRankingLoss``)."""
     require_config(isinstance(alrp.SB_ENABLED, bool), "MODEL.ALRP.SB_ENABLED", alrp.SB_ENABLED, "must be True or False")
 
 

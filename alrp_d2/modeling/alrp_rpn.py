@@ -13,8 +13,6 @@ from detectron2.modeling.proposal_generator import RPN, StandardRPNHead
 from detectron2.structures import Boxes
 from torch import Tensor, nn
 
-from ..config.checks import require_config
-from ..config.hyperparameter_ranges import weight_problem
 from ..criteria.config_keys import RPN_KEYS
 from .dense_boxes import DenseBoxes
 from .dense_ranking_detector import dense_ranking_loss
@@ -80,15 +78,13 @@ class AlrpRPN(MinIoULowQualityRPN):
 
     @classmethod
     def from_config(cls, cfg: CfgNode, input_shape: Dict[str, ShapeSpec]) -> Dict:
-        alrp = cfg.MODEL.ALRP
-        problem = weight_problem(alrp.RPN_WEIGHT)
-        require_config(problem is None, "MODEL.ALRP.RPN_WEIGHT", alrp.RPN_WEIGHT, str(problem))
         ret = super().from_config(cfg, input_shape)
         ret["ranking_loss"] = HeadRankingLoss.from_config(
             cfg,
             "rpn",
             keys=RPN_KEYS,
-            loss_weight=alrp.RPN_WEIGHT,
+            loss_weight=cfg.MODEL.ALRP.RPN_WEIGHT,
+            argument_keys={"loss_weight": "MODEL.ALRP.RPN_WEIGHT"},
         )
         return ret
 

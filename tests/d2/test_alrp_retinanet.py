@@ -81,8 +81,9 @@ def test_non_finite_logits_stop_training_with_detectron2_error():
     ],
 )
 def test_bad_config_fails_at_build_time_naming_the_key(key, value):
+    """The localisation weight read is SB_INIT_WEIGHT with self-balance, LOC_WEIGHT without."""
     with pytest.raises(ValueError, match=f"MODEL.ALRP.{key}"):
-        build_model(tiny_retinanet_cfg(**{key: value}))
+        build_model(tiny_retinanet_cfg(**{key: value, "SB_ENABLED": key != "LOC_WEIGHT"}))
 
 
 def test_a_moved_key_names_its_new_key():
