@@ -13,6 +13,7 @@ from detectron2.modeling.proposal_generator import RPN, StandardRPNHead
 from detectron2.structures import Boxes
 from torch import Tensor, nn
 
+from ..config.checks import naming_config_keys
 from ..criteria.config_keys import RPN_KEYS
 from .dense_boxes import DenseBoxes
 from .dense_ranking_detector import dense_ranking_loss
@@ -43,12 +44,13 @@ class MinIoULowQualityRPN(RPN):
     def from_config(cls, cfg: CfgNode, input_shape: Dict[str, ShapeSpec]) -> Dict:
         alrp = cfg.MODEL.ALRP
         ret = super().from_config(cfg, input_shape)
-        ret["anchor_matcher"] = MinIoULowQualityMatcher(
-            cfg.MODEL.RPN.IOU_THRESHOLDS,
-            cfg.MODEL.RPN.IOU_LABELS,
-            min_iou=alrp.RPN_LOW_QUALITY_MIN_IOU,
-            low_quality_gt=alrp.LOW_QUALITY_MATCH_GT,
-        )
+        with naming_config_keys(cfg, {"low_quality_gt": "MODEL.ALRP.LOW_QUALITY_MATCH_GT"}):
+            ret["anchor_matcher"] = MinIoULowQualityMatcher(
+                cfg.MODEL.RPN.IOU_THRESHOLDS,
+                cfg.MODEL.RPN.IOU_LABELS,
+                min_iou=alrp.RPN_LOW_QUALITY_MIN_IOU,
+                low_quality_gt=alrp.LOW_QUALITY_MATCH_GT,
+            )
         with_objectness_prior(ret["head"], alrp.RPN_PRIOR_PROB)
         return ret
 
