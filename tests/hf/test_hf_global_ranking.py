@@ -76,8 +76,11 @@ def rt_detr_result(outputs: Dict[str, Any], images: slice) -> Dict[str, torch.Te
 def assert_equal(result: Dict[str, torch.Tensor], expected: Dict[str, torch.Tensor], model: str) -> None:
     assert result.keys() == expected.keys(), (model, sorted(result.keys() ^ expected.keys()))
     for key, value in result.items():
+        # A parameter's gradient passes the network's float32 backward, whose sums over the images run in another
+        # order in one process on two images than on two workers of one: 2e-6 (1.1e-6 seen on a bias of ~4e-7).
+        atol = 2e-6 if key.startswith("grad.model.") else 1e-6
         torch.testing.assert_close(
-            value, expected[key], rtol=1e-4, atol=1e-6, msg=lambda message, key=key: f"{model} {key}: {message}"
+            value, expected[key], rtol=1e-4, atol=atol, msg=lambda message, key=key: f"{model} {key}: {message}"
         )
 
 
