@@ -17,6 +17,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tu
 
 from torch import Tensor
 from transformers.loss.loss_deformable_detr import DeformableDetrHungarianMatcher
+from transformers.loss.loss_for_object_detection import HungarianMatcher
 from transformers.loss.loss_lw_detr import LwDetrHungarianMatcher
 from transformers.loss.loss_rt_detr import RTDetrHungarianMatcher, RTDetrLoss
 
@@ -171,6 +172,7 @@ class LossFamily(NamedTuple):
         weights: the weights of its unweighted ``loss_dict`` terms by key without suffix; None: weighted already.
         positional: the names of the arguments after ``outputs_coord`` that the model passes by position.
         ranked_sets: the sets of the own-box-term modes; None: only ``box_terms="model"``.
+        scores: what is ranked of a set's logits; None: the logits (sigmoid classes).
     """
 
     model_sets: SetsFunction
@@ -179,6 +181,14 @@ class LossFamily(NamedTuple):
     weights: Optional[Callable[[Any], Dict[str, float]]] = None
     positional: Tuple[str, ...] = ()
     ranked_sets: Optional[SetsFunction] = None
+    scores: Optional[Callable[[Tensor], Tensor]] = None
+
+
+def no_object_log_odds(logits: Tensor) -> Tensor:
+    """(..., C) ``log(p_c / p_no-object)`` of the (..., C + 1) logits of a softmax over the classes and no-object
+    (DETR, YOLOS): ranked, the order of each query's classes is its softmax scores' order, and a query's score rises
+    against no-object as its log-odds rise."""
+    return logits[..., :-1] - logits[..., -1:]
 
 
 def _detr_weights(config: Any) -> Dict[str, float]:
@@ -216,6 +226,14 @@ LW_DETR = LossFamily(
     _lw_detr_weights,
     positional=("enc_outputs_class", "enc_outputs_coord"),
 )
+#: DETR, YOLOS, Table Transformer (``loss_type`` "ForObjectDetection"): a softmax with a no-object class.
+SOFTMAX_DETR = LossFamily(
+    detr_sets,
+    lambda config: HungarianMatcher(config.class_cost, config.bbox_cost, config.giou_cost),
+    "loss_ce",
+    _detr_weights,
+    scores=no_object_log_odds,
+)
 #: The families by HF's ``model.loss_type``.
 LOSS_FAMILIES: Dict[str, LossFamily] = {
     "RTDetrForObjectDetection": RT_DETR,
@@ -233,4 +251,5 @@ LOSS_FAMILIES: Dict[str, LossFamily] = {
     "DabDetrForObjectDetection": CONDITIONAL_DETR,
     "LwDetrForObjectDetection": LW_DETR,
     "RfDetrForObjectDetection": LW_DETR,
+    "ForObjectDetection": SOFTMAX_DETR,
 }

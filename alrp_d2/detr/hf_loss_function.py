@@ -21,7 +21,7 @@ This module and :mod:`.hf_families` are the package's only ``transformers`` impo
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, cast
 
 import torch
 from torch import Tensor, nn
@@ -41,17 +41,22 @@ LossOutput = Tuple[Tensor, Dict[str, Tensor], Optional[List[Dict[str, Tensor]]]]
 
 
 def rank_sets(
-    loss: SetRankingLoss, matcher: nn.Module, sets: Sequence[SetPrediction], labels: Targets
+    loss: SetRankingLoss,
+    matcher: Callable[..., Any],
+    sets: Sequence[SetPrediction],
+    labels: Targets,
+    scores: Optional[Callable[[Tensor], Tensor]] = None,
 ) -> Dict[str, Tensor]:
-    """The terms of every set, its keys suffixed by the set's: each set matched by ``matcher`` (the denoising sets by
-    their known targets) and ranked on its own by ``loss``, in the same order on every worker. The one place that
-    ranks a step's sets."""
+    """The terms of every set, its keys suffixed by the set's: each set matched by ``matcher`` on its logits (the
+    denoising sets by their known targets) and its ``scores`` of them (the logits when None) ranked on its own by
+    ``loss``, in the same order on every worker. The one place that ranks a step's sets."""
     loss_dict: Dict[str, Tensor] = {}
     for prediction in sets:
         indices = prediction.indices
         if indices is None:
             indices = matcher({"logits": prediction.logits, "pred_boxes": prediction.boxes}, labels)
-        terms = loss(prediction.logits, prediction.boxes, indices, labels)
+        ranked = prediction.logits if scores is None else scores(prediction.logits)
+        terms = loss(ranked, prediction.boxes, indices, labels)
         loss_dict.update((key + prediction.suffix, value) for key, value in terms.items())
     return loss_dict
 
@@ -91,9 +96,8 @@ class RankingLossFunction:
         outputs = {**dict(zip(self.family.positional, positional)), **outputs}
         arguments = (logits, pred_boxes, outputs_class, outputs_coord, labels, config, outputs)
         if self.loss.box_terms == "model":
-            own_loss = LOSS_MAPPING[self.loss_type](
-                logits, labels, device, pred_boxes, config, *arguments[2:4], **outputs
-            )
+            model_loss = cast(Callable[..., LossOutput], LOSS_MAPPING[self.loss_type])
+            own_loss = model_loss(logits, labels, device, pred_boxes, config, outputs_class, outputs_coord, **outputs)
             return self.with_ranked_classification(own_loss, self.family.model_sets(*arguments), labels, config)
         assert self.family.ranked_sets is not None  # attach_ranking_loss refuses the mode otherwise
         predictions = self.family.ranked_sets(*arguments)
@@ -113,7 +117,7 @@ class RankingLossFunction:
                 f"expected {sorted(p.suffix for p in predictions)}: this transformers version lays out its loss "
                 "otherwise (alrp_d2.detr.hf_families)"
             )
-        ranked = rank_sets(self.loss, self.matcher, predictions, labels)
+        ranked = rank_sets(self.loss, self.matcher, predictions, labels, self.family.scores)
         replaced = {key + suffix for suffix in classification}
         box_dict = {name: value for name, value in own_dict.items() if name not in replaced}
         weights = None if self.family.weights is None else self.family.weights(config)

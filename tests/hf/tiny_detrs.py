@@ -15,6 +15,8 @@ from transformers import (
     DeformableDetrForObjectDetection,
     Deimv2Config,
     Deimv2ForObjectDetection,
+    DetrConfig,
+    DetrForObjectDetection,
     DFineConfig,
     DFineForObjectDetection,
     LwDetrConfig,
@@ -29,6 +31,8 @@ from transformers import (
     RTDetrResNetConfig,
     RTDetrV2Config,
     RTDetrV2ForObjectDetection,
+    YolosConfig,
+    YolosForObjectDetection,
 )
 
 from ..tiny_detr_sizes import BACKBONE, DEFORMABLE_DETR_SIZES, RT_DETR_SIZES
@@ -73,6 +77,16 @@ LW_DETR = {
 }
 VIT = {"hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 2, "image_size": IMAGE_SIZE, "patch_size": 16}
 LW_DETR_VIT = {**VIT, "mlp_ratio": 2, "pretrain_image_size": IMAGE_SIZE, "window_block_indices": [0], "num_windows": 4}
+#: YOLOS: a 2-block ViT of width 16 (patches of 16 px) with 12 detection tokens, the last block's trained (HF's
+#: YOLOS with ``auxiliary_loss`` fails in transformers 5.23: it hands ``hidden_states``, None or a tuple, to a Linear).
+YOLOS = {
+    **{key: VIT[key] for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "patch_size")},
+    "intermediate_size": 32,
+    "image_size": [IMAGE_SIZE, IMAGE_SIZE],
+    "num_detection_tokens": 12,
+    "use_mid_position_embeddings": False,
+    "num_labels": NUM_LABELS,
+}
 RF_DETR_DINOV2 = {"model_type": "rf_detr_dinov2", **VIT, "num_windows": 2}
 
 TINY_DETRS: Dict[str, Callable[..., PreTrainedModel]] = {
@@ -93,6 +107,8 @@ OWN_BOX_TERMS_DETRS: Dict[str, Callable[..., PreTrainedModel]] = {
         ConditionalDetrConfig(**{**CONDITIONAL_DETR, **config})
     ),
     "dab_detr": lambda **config: DabDetrForObjectDetection(DabDetrConfig(**{**CONDITIONAL_DETR, **config})),
+    "detr": lambda **config: DetrForObjectDetection(DetrConfig(**{**CONDITIONAL_DETR, **config})),
+    "yolos": lambda **config: YolosForObjectDetection(YolosConfig(**{**YOLOS, **config})),
     "lw_detr": lambda **config: LwDetrForObjectDetection(
         LwDetrConfig(**{"backbone_config": LwDetrViTConfig(**LW_DETR_VIT, out_indices=[1, 2]), **LW_DETR, **config})
     ),
