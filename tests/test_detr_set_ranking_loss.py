@@ -13,6 +13,8 @@ import pytest
 import torch
 from torchvision.ops import generalized_box_iou
 
+from alrp_d2.criteria import RankSortCriterion
+from alrp_d2.criteria.output_check import CriterionOutputError
 from alrp_d2.detr import SetRankingLoss, set_prediction_criterion
 from alrp_d2.detr.matched_queries import floored_iou_giou
 from alrp_d2.losses import NonFiniteInputError
@@ -203,6 +205,22 @@ def test_bad_input_raises_naming_the_argument_and_shapes(message):
     expected = NonFiniteInputError if "NaN" in message else ValueError
     with pytest.raises(expected, match=message.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")):
         rank_sort_loss()(*bad_inputs()[message])
+
+
+def test_the_criterions_output_is_checked_and_its_statistics_recorded():
+    layer = make_layer(seed=1, num_targets=[3, 2])
+    loss = rank_sort_loss()
+    ours(layer, loss)
+    statistics = loss.take_statistics()
+    assert statistics is not None and {"cls", "loc", "rank", "sort", "weight"} <= set(statistics.values)
+    assert loss.take_statistics() is None
+
+    class TupleCriterion(RankSortCriterion):
+        def __call__(self, *args):  # type: ignore[override]
+            return tuple(super().__call__(*args))
+
+    with pytest.raises(CriterionOutputError, match="TupleCriterion returned a tuple"):
+        ours(layer, SetRankingLoss(TupleCriterion(loc_error_kind="giou")))
 
 
 def test_bad_options_raise():
