@@ -32,6 +32,8 @@ def make_layer(
     num_classes: int = 5,
     dn_groups: int = 0,
     tied: bool = False,
+    on_target: bool = False,
+    one_pixel: bool = False,
 ) -> Layer:
     """One layer of ``len(num_targets)`` images with these numbers of targets.
 
@@ -40,7 +42,9 @@ def make_layer(
     queries; group g's query ``g * 2 * max(T) + j`` is matched to target j (j < T), the image's padding slots
     (T <= j < max(T)) and the contrastive half (the second max(T) of each group) are unmatched. The matched
     predicted boxes are noisy copies of their targets (IoU > 0), except one far away (IoU 0) on seeds divisible by 3;
-    ``tied`` puts the logits on a grid of 0.5 (many exact ties).
+    ``tied`` puts the logits on a grid of 0.5 (many exact ties); ``on_target`` puts every matched box exactly on its
+    target (IoU 1, box losses 0); ``one_pixel`` makes the targets about 1 x 1 px of their image (the noise scaled
+    down alike).
     """
     gen = torch.Generator().manual_seed(seed)
     batch = len(num_targets)
@@ -53,6 +57,8 @@ def make_layer(
     targets, indices = [], []
     for image, count in enumerate(num_targets):
         boxes = _boxes(count, gen)
+        if one_pixel:
+            boxes[:, 2:] = 1.0 / 600
         labels = torch.randint(0, num_classes, (count,), generator=gen)
         targets.append({"class_labels": labels, "boxes": boxes})
         if dn_groups:
@@ -63,9 +69,10 @@ def make_layer(
             matched = min(count, queries)
             query = torch.randperm(queries, generator=gen)[:matched]
             target = torch.randperm(count, generator=gen)[:matched]
-        noise = torch.randn(len(query), 4, generator=gen, dtype=torch.float64) * 0.02
+        scale = 0.3 / 600 if one_pixel else 0.02
+        noise = torch.randn(len(query), 4, generator=gen, dtype=torch.float64) * scale * (not on_target)
         pred_boxes[image, query] = boxes[target] + noise
-        pred_boxes[image, query, 2:] = pred_boxes[image, query, 2:].abs().clamp_min(0.01)
+        pred_boxes[image, query, 2:] = pred_boxes[image, query, 2:].abs().clamp_min(0.5 / 600 if one_pixel else 0.01)
         if seed % 3 == 0 and len(query):
             pred_boxes[image, query[0]] = torch.tensor([0.95, 0.95, 0.02, 0.02], dtype=torch.float64)
             boxes[target[0]] = torch.tensor([0.1, 0.1, 0.05, 0.05], dtype=torch.float64)

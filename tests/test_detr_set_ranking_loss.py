@@ -13,7 +13,10 @@ import pytest
 import torch
 from torchvision.ops import generalized_box_iou
 
+from alrp_d2.criteria import RankSortCriterion
+from alrp_d2.criteria.output_check import CriterionOutputError
 from alrp_d2.detr import SetRankingLoss, set_prediction_criterion
+from alrp_d2.detr.matched_queries import floored_iou_giou
 from alrp_d2.losses import NonFiniteInputError
 
 from .brs_detr_reference import brs_detr_layer_loss
@@ -27,6 +30,7 @@ CASES = {
     "tied_logits": dict(seed=5, num_targets=[3, 4], tied=True),
     "denoising_groups": dict(seed=7, num_targets=[2, 3, 0], dn_groups=3),
     "tied_denoising_groups": dict(seed=6, num_targets=[1, 2], dn_groups=2, tied=True),
+    "one_pixel_boxes": dict(seed=10, num_targets=[3, 2, 1], one_pixel=True),
 }
 
 
@@ -60,6 +64,29 @@ def test_layer_loss_equals_brs_detr_transcription(case):
     assert float(expected["rank"]) > 0 and bool(expected_logits_grad.abs().sum() > 0)
 
 
+def test_boxes_on_their_targets_leave_the_box_terms_at_zero():
+    """Every matched box exactly on its target: IoU 1 (the ranking as the reference's) and box terms of value 0, left
+    at 0 with no gradient (BRS-DETR leaves a zero term as it is). The reference's box terms are not compared: its
+    targets go through pixels and back, which leaves an L1 of ~1e-17 that its balance rescales by ~1e17."""
+    layer = make_layer(seed=8, num_targets=[3, 2], on_target=True)
+    losses, logits_grad, boxes_grad = ours(
+        layer, SetRankingLoss(set_prediction_criterion("RankSortCriterion", delta=0.5), rank_weight=2.0)
+    )
+    expected, expected_logits_grad, _ = brs_detr_layer_loss(
+        layer.logits, layer.pred_boxes, layer.indices, layer.targets, layer.image_sizes, rank_weight=2.0, delta=0.5
+    )
+    assert_close(losses["loss_rank"], expected["rank"] + expected["sort"])
+    assert_close(logits_grad, expected_logits_grad)
+    assert float(losses["loss_bbox"]) == 0 and float(losses["loss_giou"]) == 0 and float(boxes_grad.abs().max()) == 0
+    assert float(losses["loss_rank"]) > 0
+
+
+def test_the_iou_of_identical_boxes_is_one():
+    boxes = torch.tensor([[0.1, 0.2, 0.4, 0.7], [0.3, 0.3, 0.3001, 0.3002]], dtype=torch.float32)
+    iou, giou = floored_iou_giou(boxes, boxes.clone())
+    assert iou.tolist() == [1.0, 1.0] and giou.tolist() == [1.0, 1.0]
+
+
 def test_cases_cover_what_they_claim():
     far = make_layer(**CASES["far_box_iou_0"])
     query, target = far.indices[0]
@@ -68,6 +95,13 @@ def test_cases_cover_what_they_claim():
     assert sum(len(query) for query, _ in one.indices) == 1
     dn = make_layer(**CASES["denoising_groups"])
     assert dn.logits.shape[1] == 3 * 2 * 3 and [len(query) for query, _ in dn.indices] == [6, 9, 0]
+    pixel = make_layer(**CASES["one_pixel_boxes"])
+    assert all(torch.all(t["boxes"][:, 2:] * 600 == 1) for t in pixel.targets)
+    on_target = make_layer(seed=8, num_targets=[3, 2], on_target=True)
+    assert all(
+        torch.equal(on_target.pred_boxes[i, q], on_target.targets[i]["boxes"][t])
+        for i, (q, t) in enumerate(on_target.indices)
+    )
     tied = make_layer(**CASES["tied_logits"])
     assert len(torch.unique(tied.logits)) < tied.logits.numel() / 4
 
@@ -171,6 +205,22 @@ def test_bad_input_raises_naming_the_argument_and_shapes(message):
     expected = NonFiniteInputError if "NaN" in message else ValueError
     with pytest.raises(expected, match=message.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")):
         rank_sort_loss()(*bad_inputs()[message])
+
+
+def test_the_criterions_output_is_checked_and_its_statistics_recorded():
+    layer = make_layer(seed=1, num_targets=[3, 2])
+    loss = rank_sort_loss()
+    ours(layer, loss)
+    statistics = loss.take_statistics()
+    assert statistics is not None and {"cls", "loc", "rank", "sort", "weight"} <= set(statistics.values)
+    assert loss.take_statistics() is None
+
+    class TupleCriterion(RankSortCriterion):
+        def __call__(self, *args):  # type: ignore[override]
+            return tuple(super().__call__(*args))
+
+    with pytest.raises(CriterionOutputError, match="TupleCriterion returned a tuple"):
+        ours(layer, SetRankingLoss(TupleCriterion(loc_error_kind="giou")))
 
 
 def test_bad_options_raise():

@@ -1,156 +1,82 @@
 """The set-prediction ranking loss as the ``loss_function`` of Hugging Face's DETR-family detectors (transformers
-5.23): :func:`use_ranking_loss` switches an ``RTDetrForObjectDetection``, ``RTDetrV2ForObjectDetection`` or
-``DeformableDetrForObjectDetection`` (one- or two-stage) to Rank & Sort, aLRP, AP Loss or any ranking criterion, and
-the model then trains through its own ``model(pixel_values=..., labels=...)``, hence HF's ``Trainer``;
-:func:`restore_loss` gives the model its own loss back.
+5.23): :func:`use_ranking_loss` switches a model to Rank & Sort, aLRP, AP Loss or any ranking criterion, and the model
+then trains through its own ``model(pixel_values=..., labels=...)``, hence HF's ``Trainer``; :func:`restore_loss`
+gives the model its own loss back.
 
 The seam is the model's public ``loss_function`` (``PreTrainedModel.loss_function`` returns the value set there,
 else ``LOSS_MAPPING[model.loss_type]``): the model's forward calls it with the logits and boxes of every decoder
-layer and, for RT-DETR, the encoder's top-k proposals and the denoising meta values. What a family's call holds is
-keyed as HF keys its loss, by ``model.loss_type`` (:data:`LOSS_FAMILIES`). Deformable-DETR's forward gives its loss
-function no encoder output, so its two-stage encoder-proposal term (which HF's own loss omits) is added by a forward
-hook on the model, from ``outputs.enc_outputs_class`` and ``enc_outputs_coord_logits``.
+layer and its family's other outputs (:mod:`.hf_families`, keyed by ``model.loss_type`` as HF keys its losses).
 
-This is the only module of the package that imports ``transformers`` (the ``detr`` extra).
+With ``box_terms="model"`` the model's own loss function runs as it is and its classification terms are replaced by
+the ranking terms of the same sets: the box terms (L1, GIoU, D-FINE's FGL and DDF, ...) are the model's own, computed
+by the model's own code. HF builds its loss class inside its loss function, so no method of it can be overridden
+without copying the function or patching a module global: the ranked sets are matched again by the same matcher
+(the same indices). In the other modes the sets are ranked with the box terms of :class:`SetRankingLoss`;
+Deformable-DETR's forward gives its loss function no encoder output, so its two-stage encoder-proposal term (which
+HF's own loss omits) is added by a forward hook on the model.
+
+This module and :mod:`.hf_families` are the package's only ``transformers`` imports (the ``detr`` extra).
 """
 
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, cast
 
 import torch
 from torch import Tensor, nn
 from transformers import PreTrainedModel
-from transformers.loss.loss_deformable_detr import DeformableDetrHungarianMatcher
-from transformers.loss.loss_rt_detr import RTDetrHungarianMatcher, RTDetrLoss
+from transformers.loss.loss_utils import LOSS_MAPPING
 from transformers.models.deformable_detr.modeling_deformable_detr import DeformableDetrObjectDetectionOutput
 
 from ..criteria import RankingCriterion
+from .hf_families import LOSS_FAMILIES, LossFamily, SetPrediction
+from .labels_check import check_labels
 from .set_ranking_loss import SetRankingLoss
 
-__all__ = [
-    "LOSS_FAMILIES",
-    "RankingLossFunction",
-    "SetPrediction",
-    "attach_ranking_loss",
-    "restore_loss",
-    "use_ranking_loss",
-]
+__all__ = ["RankingLossFunction", "attach_ranking_loss", "restore_loss", "use_ranking_loss"]
 
 Targets = Sequence[Dict[str, Tensor]]
-Indices = List[Tuple[Tensor, Tensor]]
 LossOutput = Tuple[Tensor, Dict[str, Tensor], Optional[List[Dict[str, Tensor]]]]
 
 
-class SetPrediction(NamedTuple):
-    """The predictions ranked together: one decoder layer's matching queries, its denoising queries, or the encoder's
-    proposals. ``indices`` are given for the denoising queries and ``None`` where the Hungarian matcher assigns them."""
-
-    suffix: str  # of the loss keys: "" (last decoder layer), "_aux_{i}", "_dn_{i}" or "_enc"
-    logits: Tensor  # [B, Q, C]
-    boxes: Tensor  # [B, Q, 4], normalised cxcywh
-    indices: Optional[Indices]
-
-
-def layer_suffix(layer: int, num_layers: int) -> str:
-    """The loss-key suffix of decoder layer ``layer``: none for the last one, as HF's keys."""
-    return "" if layer == num_layers - 1 else f"_aux_{layer}"
-
-
-def decoder_layers(num_layers: int, auxiliary_loss: bool) -> range:
-    """Every decoder layer with ``config.auxiliary_loss`` (HF's switch of the intermediate layers' losses), else the
-    last one."""
-    return range(num_layers) if auxiliary_loss else range(num_layers - 1, num_layers)
-
-
-def rt_detr_sets(
-    outputs_class: Tensor, outputs_coord: Tensor, labels: Targets, config: Any, outputs: Dict[str, Any]
-) -> List[SetPrediction]:
-    """RT-DETR (v1, v2): per decoder layer its matching queries and, in training, its denoising queries (the first
-    ``dn_num_split[0]`` queries, matched as HF's ``RTDetrLoss.get_cdn_matched_indices``); then the encoder's top-k
-    proposals. ``outputs_class`` [B, L, Q, C] and ``outputs_coord`` [B, L, Q, 4]."""
-    classes, coords = outputs_class.transpose(0, 1), outputs_coord.transpose(0, 1)
-    num_layers = len(classes)
-    layers = decoder_layers(num_layers, config.auxiliary_loss)
-    denoising = outputs.get("denoising_meta_values")
-    num_dn = 0 if denoising is None else denoising["dn_num_split"][0]
-    predictions = [
-        SetPrediction(layer_suffix(i, num_layers), classes[i][:, num_dn:], coords[i][:, num_dn:], None) for i in layers
-    ]
-    if denoising is not None:
-        dn_indices = RTDetrLoss.get_cdn_matched_indices(denoising, labels)
-        predictions += [
-            SetPrediction(f"_dn_{i}", classes[i][:, :num_dn], coords[i][:, :num_dn], dn_indices) for i in layers
-        ]
-    encoder_logits, encoder_boxes = outputs.get("enc_topk_logits"), outputs.get("enc_topk_bboxes")
-    if encoder_logits is not None and encoder_boxes is not None:
-        predictions.append(SetPrediction("_enc", encoder_logits, encoder_boxes, None))
-    return predictions
-
-
-def deformable_detr_sets(
-    outputs_class: Tensor, outputs_coord: Tensor, labels: Targets, config: Any, outputs: Dict[str, Any]
-) -> List[SetPrediction]:
-    """Deformable-DETR: per decoder layer its queries; ``outputs_class`` [L, B, Q, C], ``outputs_coord``
-    [L, B, Q, 4]."""
-    num_layers = len(outputs_class)
-    return [
-        SetPrediction(layer_suffix(i, num_layers), outputs_class[i], outputs_coord[i], None)
-        for i in decoder_layers(num_layers, config.auxiliary_loss)
-    ]
-
-
-class LossFamily(NamedTuple):
-    """What the loss function of one family of HF models is called with: its sets of predictions and its matcher."""
-
-    sets: Callable[[Tensor, Tensor, Targets, Any, Dict[str, Any]], List[SetPrediction]]
-    matcher: Callable[[Any], nn.Module]
-
-
-RT_DETR_FAMILY = LossFamily(rt_detr_sets, RTDetrHungarianMatcher)
-DEFORMABLE_DETR_FAMILY = LossFamily(
-    deformable_detr_sets,
-    lambda config: DeformableDetrHungarianMatcher(config.class_cost, config.bbox_cost, config.giou_cost),
-)
-#: The families by HF's ``model.loss_type`` (the keys of ``transformers.loss.loss_utils.LOSS_MAPPING``).
-LOSS_FAMILIES: Dict[str, LossFamily] = {
-    "RTDetrForObjectDetection": RT_DETR_FAMILY,
-    "RTDetrV2ForObjectDetection": RT_DETR_FAMILY,
-    "DeformableDetrForObjectDetection": DEFORMABLE_DETR_FAMILY,
-}
-
-
 def rank_sets(
-    loss: SetRankingLoss, matcher: nn.Module, sets: Sequence[SetPrediction], labels: Targets
+    loss: SetRankingLoss,
+    matcher: Callable[..., Any],
+    sets: Sequence[SetPrediction],
+    labels: Targets,
+    scores: Optional[Callable[[Tensor], Tensor]] = None,
 ) -> Dict[str, Tensor]:
-    """The terms of every set, its keys suffixed by the set's: each set matched by ``matcher`` (the denoising sets by
-    their known targets) and ranked on its own by ``loss``, in the same order on every worker. The one place that
-    ranks a step's sets."""
+    """The terms of every set, its keys suffixed by the set's: each set matched by ``matcher`` on its logits (the
+    denoising sets by their known targets) and its ``scores`` of them (the logits when None) ranked on its own by
+    ``loss``, in the same order on every worker. The one place that ranks a step's sets."""
     loss_dict: Dict[str, Tensor] = {}
     for prediction in sets:
         indices = prediction.indices
         if indices is None:
             indices = matcher({"logits": prediction.logits, "pred_boxes": prediction.boxes}, labels)
-        terms = loss(prediction.logits, prediction.boxes, indices, labels)
+        ranked = prediction.logits if scores is None else scores(prediction.logits)
+        terms = loss(ranked, prediction.boxes, indices, labels)
         loss_dict.update((key + prediction.suffix, value) for key, value in terms.items())
     return loss_dict
 
 
 class RankingLossFunction:
     """A DETR's ``loss_function``: HF's call (``logits, labels, device, pred_boxes, config, outputs_class,
-    outputs_coord`` and the family's keywords) in, HF's ``(loss, loss_dict, auxiliary_outputs)`` out.
+    outputs_coord`` and the family's other outputs) in, HF's ``(loss, loss_dict, auxiliary_outputs)`` out; the labels
+    checked first (:func:`~alrp_d2.detr.labels_check.check_labels`).
 
-    Every set of predictions (:class:`SetPrediction`) is matched by HF's own Hungarian matcher with the model
-    config's costs and ranked on its own by :attr:`loss`; its terms enter ``loss_dict`` under their keys with the
-    set's suffix, already weighted, and ``loss`` is the sum of all of them (HF's RT-DETR loss drops every key missing
-    from its weight dict: here nothing is dropped). With ``ranking="global"`` the loss ranks and normalises over all
-    workers: HF's ``num_boxes``, a per-worker count, is not used.
+    ``box_terms="model"``: ``loss_dict`` is the model's own, its classification keys replaced by ``loss_rank`` with
+    the same suffixes (and ``loss_corr`` with ``corr_weight``); ``loss`` sums the model's weighted box terms and the
+    ranking terms. Other modes: every set of :attr:`LossFamily.ranked_sets` is matched by the model's matcher and
+    ranked by :attr:`loss` with its box terms, under the set's suffix; ``loss`` is the sum of all of them (HF's
+    RT-DETR loss drops every key missing from its weight dict: here nothing is dropped).
     """
 
-    def __init__(self, loss: SetRankingLoss, family: LossFamily, config: Any):
+    def __init__(self, loss: SetRankingLoss, family: LossFamily, loss_type: str, config: Any):
         self.loss = loss
         self.family = family
+        self.loss_type = loss_type
         self.matcher = family.matcher(config)
         self.encoder_hook: Optional[torch.utils.hooks.RemovableHandle] = None
 
@@ -163,11 +89,45 @@ class RankingLossFunction:
         config: Any,
         outputs_class: Tensor,
         outputs_coord: Tensor,
+        *positional: Any,
         **outputs: Any,
     ) -> LossOutput:
-        predictions = self.family.sets(outputs_class, outputs_coord, labels, config, outputs)
+        check_labels(labels, config.num_labels)
+        outputs = {**dict(zip(self.family.positional, positional)), **outputs}
+        arguments = (logits, pred_boxes, outputs_class, outputs_coord, labels, config, outputs)
+        if self.loss.box_terms == "model":
+            model_loss = cast(Callable[..., LossOutput], LOSS_MAPPING[self.loss_type])
+            own_loss = model_loss(logits, labels, device, pred_boxes, config, outputs_class, outputs_coord, **outputs)
+            return self.with_ranked_classification(own_loss, self.family.model_sets(*arguments), labels, config)
+        assert self.family.ranked_sets is not None  # attach_ranking_loss refuses the mode otherwise
+        predictions = self.family.ranked_sets(*arguments)
         loss_dict = rank_sets(self.loss, self.matcher, predictions, labels)
         return torch.stack(list(loss_dict.values())).sum(), loss_dict, auxiliary_outputs(predictions)
+
+    def with_ranked_classification(
+        self, own_loss: LossOutput, predictions: List[SetPrediction], labels: Targets, config: Any
+    ) -> LossOutput:
+        """The model's ``own_loss`` with its classification terms replaced by the ranking terms of ``predictions``."""
+        _, own_dict, auxiliary = own_loss
+        key = self.family.classification_key
+        classification = {name[len(key) :] for name in own_dict if name == key or name.startswith(key + "_")}
+        if classification != {prediction.suffix for prediction in predictions}:
+            raise RuntimeError(
+                f"{self.loss_type}'s loss computes {key} for the sets {sorted(classification)}, the ranking loss "
+                f"expected {sorted(p.suffix for p in predictions)}: this transformers version lays out its loss "
+                "otherwise (alrp_d2.detr.hf_families)"
+            )
+        ranked = rank_sets(self.loss, self.matcher, predictions, labels, self.family.scores)
+        replaced = {key + suffix for suffix in classification}
+        box_dict = {name: value for name, value in own_dict.items() if name not in replaced}
+        weights = None if self.family.weights is None else self.family.weights(config)
+        box_terms = [
+            value * (1.0 if weights is None else weights[_unsuffixed(name, predictions)])
+            for name, value in box_dict.items()
+            if weights is None or _unsuffixed(name, predictions) in weights
+        ]
+        loss = torch.stack(box_terms + list(ranked.values())).sum()
+        return loss, {**box_dict, **ranked}, auxiliary
 
     def encoder_proposal_hook(self, labels_position: int) -> Callable[..., Any]:
         """The forward hook of a two-stage Deformable-DETR that adds the ranking loss of the encoder's proposals
@@ -206,6 +166,12 @@ def auxiliary_outputs(predictions: Sequence[SetPrediction]) -> Optional[List[Dic
     return auxiliary or None
 
 
+def _unsuffixed(name: str, predictions: Sequence[SetPrediction]) -> str:
+    """``name`` without the suffix of the set it belongs to (the longest that ends it)."""
+    suffix = max((p.suffix for p in predictions if name.endswith(p.suffix)), key=len)
+    return name[: len(name) - len(suffix)] if suffix else name
+
+
 def loss_family(model: PreTrainedModel) -> LossFamily:
     """The model's family by its ``loss_type``; a TypeError naming the supported classes otherwise."""
     family = LOSS_FAMILIES.get(str(getattr(model, "loss_type", None)))
@@ -234,9 +200,16 @@ def attach_ranking_loss(model: PreTrainedModel, loss: SetRankingLoss) -> PreTrai
     ranking loss attached before. The loss is not saved by ``save_pretrained``: attach it again after
     ``from_pretrained``."""
     family = loss_family(model)
+    if loss.box_terms != "model" and family.ranked_sets is None:
+        supported = sorted(name for name, other in LOSS_FAMILIES.items() if other.ranked_sets is not None)
+        raise ValueError(
+            f"{type(model).__name__} takes box_terms='model' (its own box terms), got {loss.box_terms!r}; the other "
+            f"modes support {', '.join(supported)}"
+        )
     restore_loss(model)
-    loss_function = RankingLossFunction(loss, family, model.config)
-    if model.config.model_type == "deformable_detr" and model.config.two_stage:
+    loss_function = RankingLossFunction(loss, family, model.loss_type, model.config)
+    config = model.config
+    if loss.box_terms != "model" and config.model_type == "deformable_detr" and config.two_stage:
         parameters = list(inspect.signature(model.forward).parameters)
         loss_function.encoder_hook = model.register_forward_hook(
             loss_function.encoder_proposal_hook(parameters.index("labels")), with_kwargs=True
@@ -259,8 +232,9 @@ def use_ranking_loss(model: PreTrainedModel, criterion: RankingCriterion, **opti
     (:func:`attach_ranking_loss`); with ``box_terms="fixed"`` and no box weights given, the model config's.
 
     Args:
-        model: an ``RTDetrForObjectDetection``, ``RTDetrV2ForObjectDetection`` or
-            ``DeformableDetrForObjectDetection``.
+        model: a model of :data:`~alrp_d2.detr.hf_families.LOSS_FAMILIES` (every box_terms mode:
+            ``RTDetrForObjectDetection``, ``RTDetrV2ForObjectDetection``, ``DeformableDetrForObjectDetection``; the
+            others ``box_terms="model"``).
         criterion: a ranking criterion (``RankSortCriterion(delta=0.5, loc_error_kind="giou")``, or one built by
             name: ``alrp_d2.detr.set_prediction_criterion("AlrpCriterion")``).
         options: ``SetRankingLoss``'s keywords (``box_terms``, ``ranking``, ``rank_weight``, ...).

@@ -5,12 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import (
-    AutoModelForObjectDetection,
-    ConditionalDetrForObjectDetection,
-    DabDetrForObjectDetection,
-    DFineForObjectDetection,
-)
+from transformers import AutoModelForObjectDetection, DetrForSegmentation, RfDetrForInstanceSegmentation
 from transformers.loss.loss_utils import LOSS_MAPPING
 
 from alrp_d2.detr import restore_loss, set_prediction_criterion, use_ranking_loss
@@ -111,7 +106,7 @@ def test_a_two_stage_deformable_detr_needs_its_model_output():
         model(**fixed_batch(), return_dict=False)
 
 
-UNSUPPORTED = [DFineForObjectDetection, ConditionalDetrForObjectDetection, DabDetrForObjectDetection, torch.nn.Linear]
+UNSUPPORTED = [DetrForSegmentation, RfDetrForInstanceSegmentation, torch.nn.Linear]
 
 
 @pytest.mark.parametrize("unsupported", UNSUPPORTED)

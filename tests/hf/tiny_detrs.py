@@ -7,15 +7,32 @@ from typing import Callable, Dict, List
 
 import torch
 from transformers import (
+    ConditionalDetrConfig,
+    ConditionalDetrForObjectDetection,
+    DabDetrConfig,
+    DabDetrForObjectDetection,
     DeformableDetrConfig,
     DeformableDetrForObjectDetection,
+    Deimv2Config,
+    Deimv2ForObjectDetection,
+    DetrConfig,
+    DetrForObjectDetection,
+    DFineConfig,
+    DFineForObjectDetection,
+    LwDetrConfig,
+    LwDetrForObjectDetection,
+    LwDetrViTConfig,
     PreTrainedModel,
     ResNetConfig,
+    RfDetrConfig,
+    RfDetrForObjectDetection,
     RTDetrConfig,
     RTDetrForObjectDetection,
     RTDetrResNetConfig,
     RTDetrV2Config,
     RTDetrV2ForObjectDetection,
+    YolosConfig,
+    YolosForObjectDetection,
 )
 
 from ..tiny_detr_sizes import BACKBONE, DEFORMABLE_DETR_SIZES, RT_DETR_SIZES
@@ -30,6 +47,48 @@ DEFORMABLE_DETR = {
     "num_labels": NUM_LABELS,
 }
 
+#: Conditional and DAB-DETR: one ResNet level, 2 decoder layers of 12 queries.
+CONDITIONAL_DETR = {
+    "backbone_config": ResNetConfig(**BACKBONE),
+    **{key: DEFORMABLE_DETR_SIZES[key] for key in ("d_model", "encoder_layers", "decoder_layers", "num_queries")},
+    **{key: DEFORMABLE_DETR_SIZES[key] for key in ("encoder_ffn_dim", "decoder_ffn_dim", "auxiliary_loss")},
+    "encoder_attention_heads": 2,
+    "decoder_attention_heads": 2,
+    "use_timm_backbone": False,
+    "use_pretrained_backbone": False,
+    "dropout": 0.0,
+    "num_labels": NUM_LABELS,
+}
+#: LW-DETR and RF-DETR: a 2-block ViT / DINOv2 of width 16 (patches of 16 px), one projector level, 2 decoder layers
+#: of 2 groups of 6 queries.
+LW_DETR = {
+    "projector_scale_factors": [1.0],
+    "c2f_num_blocks": 1,
+    "d_model": 16,
+    "decoder_ffn_dim": 32,
+    "decoder_n_points": 2,
+    "decoder_layers": 2,
+    "decoder_self_attention_heads": 2,
+    "decoder_cross_attention_heads": 2,
+    "num_queries": 6,
+    "group_detr": 2,
+    "dropout": 0.0,
+    "num_labels": NUM_LABELS,
+}
+VIT = {"hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 2, "image_size": IMAGE_SIZE, "patch_size": 16}
+LW_DETR_VIT = {**VIT, "mlp_ratio": 2, "pretrain_image_size": IMAGE_SIZE, "window_block_indices": [0], "num_windows": 4}
+#: YOLOS: a 2-block ViT of width 16 (patches of 16 px) with 12 detection tokens, the last block's trained (HF's
+#: YOLOS with ``auxiliary_loss`` fails in transformers 5.23: it hands ``hidden_states``, None or a tuple, to a Linear).
+YOLOS = {
+    **{key: VIT[key] for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "patch_size")},
+    "intermediate_size": 32,
+    "image_size": [IMAGE_SIZE, IMAGE_SIZE],
+    "num_detection_tokens": 12,
+    "use_mid_position_embeddings": False,
+    "num_labels": NUM_LABELS,
+}
+RF_DETR_DINOV2 = {"model_type": "rf_detr_dinov2", **VIT, "num_windows": 2}
+
 TINY_DETRS: Dict[str, Callable[..., PreTrainedModel]] = {
     "rt_detr": lambda **config: RTDetrForObjectDetection(RTDetrConfig(**{**RT_DETR, **config})),
     "rt_detr_v2": lambda **config: RTDetrV2ForObjectDetection(RTDetrV2Config(**{**RT_DETR, **config})),
@@ -38,6 +97,23 @@ TINY_DETRS: Dict[str, Callable[..., PreTrainedModel]] = {
     ),
     "deformable_detr": lambda **config: DeformableDetrForObjectDetection(
         DeformableDetrConfig(**{**DEFORMABLE_DETR, **config})
+    ),
+}
+#: The models trained with their own box terms only (``box_terms="model"``), with those above.
+OWN_BOX_TERMS_DETRS: Dict[str, Callable[..., PreTrainedModel]] = {
+    "d_fine": lambda **config: DFineForObjectDetection(DFineConfig(**{**RT_DETR, **config})),
+    "deimv2": lambda **config: Deimv2ForObjectDetection(Deimv2Config(**{**RT_DETR, **config})),
+    "conditional_detr": lambda **config: ConditionalDetrForObjectDetection(
+        ConditionalDetrConfig(**{**CONDITIONAL_DETR, **config})
+    ),
+    "dab_detr": lambda **config: DabDetrForObjectDetection(DabDetrConfig(**{**CONDITIONAL_DETR, **config})),
+    "detr": lambda **config: DetrForObjectDetection(DetrConfig(**{**CONDITIONAL_DETR, **config})),
+    "yolos": lambda **config: YolosForObjectDetection(YolosConfig(**{**YOLOS, **config})),
+    "lw_detr": lambda **config: LwDetrForObjectDetection(
+        LwDetrConfig(**{"backbone_config": LwDetrViTConfig(**LW_DETR_VIT, out_indices=[1, 2]), **LW_DETR, **config})
+    ),
+    "rf_detr": lambda **config: RfDetrForObjectDetection(
+        RfDetrConfig(**{"backbone_config": {**RF_DETR_DINOV2, "out_indices": [1, 2]}, **LW_DETR, **config})
     ),
 }
 
@@ -52,10 +128,10 @@ SUFFIXES = {
 
 
 def tiny_detr(name: str, seed: int = 0, **config: object) -> PreTrainedModel:
-    """The tiny model ``name`` of :data:`TINY_DETRS` (its config's entries replaced by ``config``), seeded, in
-    training mode."""
+    """The tiny model ``name`` of :data:`TINY_DETRS` or :data:`OWN_BOX_TERMS_DETRS` (its config's entries replaced
+    by ``config``), seeded, in training mode."""
     torch.manual_seed(seed)
-    return TINY_DETRS[name](**config).train()
+    return {**TINY_DETRS, **OWN_BOX_TERMS_DETRS}[name](**config).train()
 
 
 def fixed_batch(batch_size: int = 2) -> Dict[str, object]:

@@ -1,0 +1,255 @@
+"""The families of Hugging Face DETRs (transformers 5.23) as their loss functions see them, keyed as HF keys its loss
+functions, by ``model.loss_type`` (``transformers.loss.loss_utils.LOSS_MAPPING``): the sets of predictions each loss
+computes (each decoder layer, the denoising queries of each layer, the encoder's proposals), with the key suffixes
+HF gives them, the matcher, the classification key and the weights of the terms.
+
+Two layouts of sets: :func:`real_time_detr_sets` (RT-DETR v1 / v2, D-FINE, DEIMv2: ``outputs_class`` [B, L, Q, C]
+with the denoising queries first, the encoder's top-k as the last ``_aux`` set) and :func:`detr_sets` (Deformable,
+Conditional, DAB-DETR, LW-DETR, RF-DETR: ``outputs_class`` [L, B, Q, C], intermediate layers suffixed ``_{i}``,
+LW-DETR's and RF-DETR's encoder ``_enc``). The own-box-term modes use the sets of :func:`ranked_rt_detr_sets` and
+:func:`ranked_deformable_detr_sets` (suffixes ``_aux_{i}``, ``_dn_{i}``, ``_enc``).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+from torch import Tensor
+from transformers.loss.loss_deformable_detr import DeformableDetrHungarianMatcher
+from transformers.loss.loss_for_object_detection import HungarianMatcher
+from transformers.loss.loss_lw_detr import LwDetrHungarianMatcher
+from transformers.loss.loss_rt_detr import RTDetrHungarianMatcher, RTDetrLoss
+
+__all__ = ["LOSS_FAMILIES", "LossFamily", "SetPrediction"]
+
+Targets = Sequence[Dict[str, Tensor]]
+Indices = List[Tuple[Tensor, Tensor]]
+
+
+class SetPrediction(NamedTuple):
+    """The predictions ranked together: one decoder layer's matching queries, its denoising queries, or the encoder's
+    proposals. ``indices`` are given for the denoising queries and ``None`` where the Hungarian matcher assigns them."""
+
+    suffix: str  # of the loss keys: "" (the last decoder layer), else the set's
+    logits: Tensor  # [B, Q, C]
+    boxes: Tensor  # [B, Q, 4], normalised cxcywh
+    indices: Optional[Indices]
+
+
+#: ``(logits, pred_boxes, outputs_class, outputs_coord, labels, config, outputs)`` -> the sets; ``outputs``: the
+#: loss function's other arguments by name.
+SetsFunction = Callable[[Tensor, Tensor, Tensor, Tensor, Targets, Any, Dict[str, Any]], List[SetPrediction]]
+
+
+def _layers(num_layers: int, auxiliary_loss: bool) -> range:
+    """Every decoder layer with ``config.auxiliary_loss`` (HF's switch of the intermediate layers' losses), else the
+    last one."""
+    return range(num_layers) if auxiliary_loss else range(num_layers - 1, num_layers)
+
+
+def _suffix(layer: int, num_layers: int) -> str:
+    return "" if layer == num_layers - 1 else f"_aux_{layer}"
+
+
+def ranked_rt_detr_sets(
+    logits: Tensor,
+    pred_boxes: Tensor,
+    outputs_class: Tensor,
+    outputs_coord: Tensor,
+    labels: Targets,
+    config: Any,
+    outputs: Dict[str, Any],
+) -> List[SetPrediction]:
+    """RT-DETR (v1, v2) in the own-box-term modes: per decoder layer its matching queries and, in training, its
+    denoising queries (matched as HF's ``RTDetrLoss.get_cdn_matched_indices``); then the encoder's top-k proposals
+    (``_enc``), also without ``config.auxiliary_loss``."""
+    classes, coords = outputs_class.transpose(0, 1), outputs_coord.transpose(0, 1)
+    num_layers = len(classes)
+    layers = _layers(num_layers, config.auxiliary_loss)
+    denoising = outputs.get("denoising_meta_values")
+    num_dn = 0 if denoising is None else denoising["dn_num_split"][0]
+    sets = [SetPrediction(_suffix(i, num_layers), classes[i][:, num_dn:], coords[i][:, num_dn:], None) for i in layers]
+    if denoising is not None:
+        dn_indices = RTDetrLoss.get_cdn_matched_indices(denoising, labels)
+        sets += [SetPrediction(f"_dn_{i}", classes[i][:, :num_dn], coords[i][:, :num_dn], dn_indices) for i in layers]
+    encoder_logits, encoder_boxes = outputs.get("enc_topk_logits"), outputs.get("enc_topk_bboxes")
+    if encoder_logits is not None and encoder_boxes is not None:
+        sets.append(SetPrediction("_enc", encoder_logits, encoder_boxes, None))
+    return sets
+
+
+def ranked_deformable_detr_sets(
+    logits: Tensor,
+    pred_boxes: Tensor,
+    outputs_class: Tensor,
+    outputs_coord: Tensor,
+    labels: Targets,
+    config: Any,
+    outputs: Dict[str, Any],
+) -> List[SetPrediction]:
+    """Deformable-DETR in the own-box-term modes: per decoder layer its queries (``_aux_{i}``); the two-stage encoder
+    term is a forward hook (:mod:`.hf_loss_function`)."""
+    num_layers = len(outputs_class)
+    return [
+        SetPrediction(_suffix(i, num_layers), outputs_class[i], outputs_coord[i], None)
+        for i in _layers(num_layers, config.auxiliary_loss)
+    ]
+
+
+def real_time_detr_sets(
+    logits: Tensor,
+    pred_boxes: Tensor,
+    outputs_class: Tensor,
+    outputs_coord: Tensor,
+    labels: Targets,
+    config: Any,
+    outputs: Dict[str, Any],
+    *,
+    clamp: bool,
+    split_without_auxiliary: bool = True,
+) -> List[SetPrediction]:
+    """The sets of HF's ``RTDetrForObjectDetectionLoss`` (``clamp`` False), ``DFineForObjectDetectionLoss`` and
+    ``Deimv2ForObjectDetectionLoss`` (``clamp`` True: boxes clamped to [0, 1], as many layers as corner
+    distributions; DEIMv2 keeps the denoising queries in
+    the last layer's set without ``config.auxiliary_loss``: ``split_without_auxiliary`` False), with HF's suffixes:
+    the last layer; with ``config.auxiliary_loss`` the other layers ``_aux_{i}``, the encoder's top-k
+    ``_aux_{L - 1}`` and, in training, each layer's denoising queries ``_dn_{i}``."""
+    box = (lambda boxes: boxes.clamp(min=0, max=1)) if clamp else (lambda boxes: boxes)
+    denoising = outputs.get("denoising_meta_values")
+    num_dn = 0 if denoising is None else denoising["dn_num_split"][0]
+    last_dn = num_dn if config.auxiliary_loss or split_without_auxiliary else 0
+    sets = [SetPrediction("", logits[:, last_dn:], box(pred_boxes[:, last_dn:]), None)]
+    if not config.auxiliary_loss:
+        return sets
+    classes, coords = outputs_class.transpose(0, 1), box(outputs_coord).transpose(0, 1)
+    # D-FINE's and DEIMv2's sets pair each layer's logits with its corners and reference points: as many as the
+    # shortest of the three (HF zips them).
+    corner_layers = [outputs[name].shape[1] for name in ("predicted_corners", "initial_reference_points") if clamp]
+    num_layers = min([len(classes)] + corner_layers)
+    sets += [
+        SetPrediction(f"_aux_{i}", classes[i][:, num_dn:], coords[i][:, num_dn:], None) for i in range(num_layers - 1)
+    ]
+    encoder = SetPrediction(f"_aux_{num_layers - 1}", outputs["enc_topk_logits"], box(outputs["enc_topk_bboxes"]), None)
+    sets.append(encoder)
+    if denoising is not None:
+        dn_indices = RTDetrLoss.get_cdn_matched_indices(denoising, labels)
+        layers = range(num_layers)
+        sets += [SetPrediction(f"_dn_{i}", classes[i][:, :num_dn], coords[i][:, :num_dn], dn_indices) for i in layers]
+    return sets
+
+
+def detr_sets(
+    logits: Tensor,
+    pred_boxes: Tensor,
+    outputs_class: Tensor,
+    outputs_coord: Tensor,
+    labels: Targets,
+    config: Any,
+    outputs: Dict[str, Any],
+    *,
+    encoder: bool = False,
+) -> List[SetPrediction]:
+    """The sets of HF's ``DeformableDetrForObjectDetectionLoss`` (Deformable, Conditional, DAB-DETR) and, with
+    ``encoder``, ``LwDetrForObjectDetectionLoss`` (LW-DETR, RF-DETR), with HF's suffixes: the last layer; with
+    ``config.auxiliary_loss`` the other layers ``_{i}``; LW-DETR's encoder proposals ``_enc``."""
+    sets = [SetPrediction("", logits, pred_boxes, None)]
+    if config.auxiliary_loss:
+        layers = zip(outputs_class[:-1], outputs_coord[:-1])
+        sets += [SetPrediction(f"_{i}", layer_logits, boxes, None) for i, (layer_logits, boxes) in enumerate(layers)]
+    if encoder:
+        sets.append(SetPrediction("_enc", outputs["enc_outputs_class"], outputs["enc_outputs_coord"], None))
+    return sets
+
+
+class LossFamily(NamedTuple):
+    """What the loss function of one family of HF models computes.
+
+    Attributes:
+        model_sets: its sets of predictions, with HF's key suffixes.
+        matcher: the matcher of a config (called ``matcher(outputs, labels)``).
+        classification_key: the key of its classification term (with each set's suffix).
+        weights: the weights of its unweighted ``loss_dict`` terms by key without suffix; None: weighted already.
+        positional: the names of the arguments after ``outputs_coord`` that the model passes by position.
+        ranked_sets: the sets of the own-box-term modes; None: only ``box_terms="model"``.
+        scores: what is ranked of a set's logits; None: the logits (sigmoid classes).
+    """
+
+    model_sets: SetsFunction
+    matcher: Callable[[Any], Callable[..., Indices]]
+    classification_key: str
+    weights: Optional[Callable[[Any], Dict[str, float]]] = None
+    positional: Tuple[str, ...] = ()
+    ranked_sets: Optional[SetsFunction] = None
+    scores: Optional[Callable[[Tensor], Tensor]] = None
+
+
+def no_object_log_odds(logits: Tensor) -> Tensor:
+    """(..., C) ``log(p_c / p_no-object)`` of the (..., C + 1) logits of a softmax over the classes and no-object
+    (DETR, YOLOS): ranked, the order of each query's classes is its softmax scores' order, and a query's score rises
+    against no-object as its log-odds rise."""
+    return logits[..., :-1] - logits[..., -1:]
+
+
+def _detr_weights(config: Any) -> Dict[str, float]:
+    return {"loss_ce": 1.0, "loss_bbox": config.bbox_loss_coefficient, "loss_giou": config.giou_loss_coefficient}
+
+
+def _lw_detr_weights(config: Any) -> Dict[str, float]:
+    return {**_detr_weights(config), "loss_ce": config.class_loss_coefficient}
+
+
+def _deformable_matcher(config: Any) -> DeformableDetrHungarianMatcher:
+    return DeformableDetrHungarianMatcher(config.class_cost, config.bbox_cost, config.giou_cost)
+
+
+def _lw_detr_matcher(config: Any) -> Callable[..., Indices]:
+    """LW-DETR's matcher of its training groups (``group_detr`` query groups, each matched one-to-one)."""
+    matcher = LwDetrHungarianMatcher(config.class_cost, config.bbox_cost, config.giou_cost)
+    return functools.partial(matcher, group_detr=config.group_detr)
+
+
+RT_DETR = LossFamily(
+    functools.partial(real_time_detr_sets, clamp=False),
+    RTDetrHungarianMatcher,
+    "loss_vfl",
+    ranked_sets=ranked_rt_detr_sets,
+)
+DEFORMABLE_DETR = LossFamily(
+    detr_sets, _deformable_matcher, "loss_ce", _detr_weights, ranked_sets=ranked_deformable_detr_sets
+)
+CONDITIONAL_DETR = LossFamily(detr_sets, _deformable_matcher, "loss_ce", _detr_weights)
+LW_DETR = LossFamily(
+    functools.partial(detr_sets, encoder=True),
+    _lw_detr_matcher,
+    "loss_ce",
+    _lw_detr_weights,
+    positional=("enc_outputs_class", "enc_outputs_coord"),
+)
+#: DETR, YOLOS, Table Transformer (``loss_type`` "ForObjectDetection"): a softmax with a no-object class.
+SOFTMAX_DETR = LossFamily(
+    detr_sets,
+    lambda config: HungarianMatcher(config.class_cost, config.bbox_cost, config.giou_cost),
+    "loss_ce",
+    _detr_weights,
+    scores=no_object_log_odds,
+)
+#: The families by HF's ``model.loss_type``.
+LOSS_FAMILIES: Dict[str, LossFamily] = {
+    "RTDetrForObjectDetection": RT_DETR,
+    "RTDetrV2ForObjectDetection": RT_DETR,
+    "DFineForObjectDetection": LossFamily(
+        functools.partial(real_time_detr_sets, clamp=True), RTDetrHungarianMatcher, "loss_vfl"
+    ),
+    "Deimv2ForObjectDetection": LossFamily(
+        functools.partial(real_time_detr_sets, clamp=True, split_without_auxiliary=False),
+        RTDetrHungarianMatcher,
+        "loss_mal",
+    ),
+    "DeformableDetrForObjectDetection": DEFORMABLE_DETR,
+    "ConditionalDetrForObjectDetection": CONDITIONAL_DETR,
+    "DabDetrForObjectDetection": CONDITIONAL_DETR,
+    "LwDetrForObjectDetection": LW_DETR,
+    "RfDetrForObjectDetection": LW_DETR,
+    "ForObjectDetection": SOFTMAX_DETR,
+}
