@@ -7,13 +7,16 @@ from the seed in each of three processes, one a method, each timing only the eva
 * ``ours``: ``alrp_d2.lrp.evaluate_coco`` (oLRP, components, per-class thresholds, rho, AP90);
 * ``cocoeval``: pycocotools' ``COCOeval`` ``evaluate()`` + ``accumulate()`` (AP; the project's Python);
 * ``official``: the official LRP-Error's ``COCOeval`` ``evaluate()`` + ``accumulate()`` (``--official-python``, an
-  interpreter whose environment holds the fork's dependencies, and ``--official-repo``, the fork's ``pycocotools``
-  folder with its extension built; tests/fixtures/lrp_official/README.md).
+  interpreter whose environment holds numpy, pycocotools and matplotlib from PyPI, and ``--official-repo``, a checkout
+  of kemaloksuz/LRP-Error: the fork's ``coco.py`` and ``cocoeval.py`` are loaded over PyPI's compiled mask API, nothing
+  is built; ``tools/lrp_reference.py``'s ``load_official``, tests/fixtures/lrp_official/README.md).
 
 Each prints its time and its peak resident memory (and the memory before the evaluation); then the ratios and the
 bounds (ours at most 1.2x COCOeval, at least 10x faster than the official) and the oLRP of ours and the official.
+``--images`` shrinks the case (7.2 objects an image, as COCO val) to check the set-up in seconds; the bounds are for the
+full case.
 
-    python benchmarks/lrp_speed.py --official-python VENV/bin/python --official-repo LRP-Error/pycocotools
+    python benchmarks/lrp_speed.py --official-python VENV/bin/python --official-repo LRP-Error
 """
 
 from __future__ import annotations
@@ -27,13 +30,14 @@ import resource
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WIDTH, HEIGHT = 640, 480
-IMAGES, OBJECTS, CLASSES, DETECTIONS = 5000, 36000, 80, 100
+IMAGES, OBJECTS_PER_IMAGE, CLASSES, DETECTIONS = 5000, 7.2, 80, 100
 
 
 def _boxes(rng: np.random.Generator, count: int) -> np.ndarray:
@@ -42,20 +46,21 @@ def _boxes(rng: np.random.Generator, count: int) -> np.ndarray:
     return np.concatenate([rng.uniform(0, 1, size=(count, 2)) * ([WIDTH, HEIGHT] - sides), sides], axis=1)
 
 
-def synthetic_case(seed: int = 0) -> Tuple[Dict[str, Any], List[Dict[str, Any]]]:
+def synthetic_case(seed: int = 0, images: int = IMAGES) -> Tuple[Dict[str, Any], List[Dict[str, Any]]]:
     """The COCO ground truth and the results list of the case (see the module)."""
     rng = np.random.default_rng(seed)
+    objects = round(images * OBJECTS_PER_IMAGE)
     weights = rng.permutation(1.0 / np.arange(1, CLASSES + 1) ** 0.8)
-    gt_image = np.sort(rng.integers(1, IMAGES + 1, OBJECTS))
-    gt_class = rng.choice(CLASSES, size=OBJECTS, p=weights / weights.sum()) + 1
-    gt_box, crowd = _boxes(rng, OBJECTS), rng.random(OBJECTS) < 0.01
+    gt_image = np.sort(rng.integers(1, images + 1, objects))
+    gt_class = rng.choice(CLASSES, size=objects, p=weights / weights.sum()) + 1
+    gt_box, crowd = _boxes(rng, objects), rng.random(objects) < 0.01
     annotations = [
         {"id": i + 1, "image_id": int(m), "category_id": int(c), "bbox": b.tolist(), "area": float(b[2] * b[3]),
          "iscrowd": int(k)}
         for i, (m, c, b, k) in enumerate(zip(gt_image, gt_class, gt_box, crowd))
     ]  # fmt: skip
     # Up to 3 jittered copies per object (at most DETECTIONS an image), the rest random boxes.
-    source = np.repeat(np.arange(OBJECTS), 3)
+    source = np.repeat(np.arange(objects), 3)
     source = source[np.argsort(rng.random(len(source)))]
     source = source[np.argsort(gt_image[source], kind="stable")]
     rank = np.arange(len(source)) - np.searchsorted(gt_image[source], gt_image[source])
@@ -65,8 +70,8 @@ def synthetic_case(seed: int = 0) -> Tuple[Dict[str, Any], List[Dict[str, Any]]]
     near[:, :2] += rng.normal(0, 1, (len(source), 2)) * scale * gt_box[source, 2:]
     near_class = np.where(rng.random(len(source)) < 0.8, gt_class[source], rng.integers(1, CLASSES + 1, len(source)))
     near_score = np.clip(0.95 - 1.5 * scale[:, 0] + rng.normal(0, 0.2, len(source)), 0.001, 1.0)
-    per_image = np.bincount(gt_image[source], minlength=IMAGES + 1)[1:]
-    random_image = np.repeat(np.arange(1, IMAGES + 1), DETECTIONS - per_image)
+    per_image = np.bincount(gt_image[source], minlength=images + 1)[1:]
+    random_image = np.repeat(np.arange(1, images + 1), DETECTIONS - per_image)
     image = np.concatenate([gt_image[source], random_image])
     box = np.concatenate([near, _boxes(rng, len(random_image))])
     label = np.concatenate([near_class, rng.integers(1, CLASSES + 1, len(random_image))])
@@ -76,7 +81,7 @@ def synthetic_case(seed: int = 0) -> Tuple[Dict[str, Any], List[Dict[str, Any]]]
         for m, c, b, s in zip(image, label, box, score)
     ]
     ground_truth = {
-        "images": [{"id": i, "width": WIDTH, "height": HEIGHT} for i in range(1, IMAGES + 1)],
+        "images": [{"id": i, "width": WIDTH, "height": HEIGHT} for i in range(1, images + 1)],
         "annotations": annotations,
         "categories": [{"id": c, "name": f"class_{c}"} for c in range(1, CLASSES + 1)],
     }
@@ -88,12 +93,22 @@ def _resident_mib() -> float:
         return next(int(line.split()[1]) for line in status if line.startswith("VmRSS")) / 1024
 
 
-def _measure(method: str, seed: int) -> Dict[str, Any]:
-    """One method on the case, in this process: its time and memory."""
+def _coco_classes(method: str, official_repo: str) -> Tuple[Any, Any]:
+    """pycocotools' ``COCO`` and ``COCOeval``, or the official fork's (its Python over PyPI's pycocotools)."""
+    if method == "official":
+        from lrp_reference import load_official  # tools/: the official run's PYTHONPATH
+
+        return load_official(Path(official_repo))
     from pycocotools.coco import COCO
     from pycocotools.cocoeval import COCOeval
 
-    ground_truth, detections = synthetic_case(seed)
+    return COCO, COCOeval
+
+
+def _measure(method: str, seed: int, images: int, official_repo: str) -> Dict[str, Any]:
+    """One method on the case, in this process: its time and memory."""
+    COCO, COCOeval = _coco_classes(method, official_repo)
+    ground_truth, detections = synthetic_case(seed, images)
     with contextlib.redirect_stdout(io.StringIO()):
         coco_gt = COCO()
         coco_gt.dataset = ground_truth
@@ -119,9 +134,10 @@ def _measure(method: str, seed: int) -> Dict[str, Any]:
     return {"method": method, "seconds": seconds, "peak_mib": peak, "before_mib": before, "oLRP": olrp}
 
 
-def _run(method: str, python: str, seed: int, official_repo: str) -> Dict[str, Any]:
-    env = dict(os.environ, PYTHONPATH=official_repo if method == "official" else ROOT)
-    command = [python, os.path.abspath(__file__), "--worker", method, "--seed", str(seed)]
+def _run(method: str, python: str, args: argparse.Namespace) -> Dict[str, Any]:
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "tools") if method == "official" else ROOT)
+    command = [python, os.path.abspath(__file__), "--worker", method, "--seed", str(args.seed)]
+    command += ["--images", str(args.images)] + (["--official-repo", args.official_repo] if args.official_repo else [])
     result = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         sys.exit(f"lrp_speed: the {method} run failed:\n{result.stderr[-3000:]}")
@@ -131,20 +147,26 @@ def _run(method: str, python: str, seed: int, official_repo: str) -> Dict[str, A
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--official-python", required=False, help="interpreter for the official LRP-Error")
-    parser.add_argument("--official-repo", help="the official fork's pycocotools folder (its _mask built)")
+    parser.add_argument("--official-repo", help="a checkout of kemaloksuz/LRP-Error (nothing built in it)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--images", type=int, default=IMAGES, help=f"images of the case (default {IMAGES})")
     parser.add_argument("--worker", choices=("ours", "cocoeval", "official"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.images < 1:
+        parser.error(f"--images must be at least 1, not {args.images}")
     if args.worker:
-        print(json.dumps(_measure(args.worker, args.seed)))
+        print(json.dumps(_measure(args.worker, args.seed, args.images, args.official_repo)))
         return
-    print(f"case: {IMAGES} images, {OBJECTS} objects, {CLASSES} classes, {DETECTIONS} detections an image; "
+    if bool(args.official_python) != bool(args.official_repo):
+        parser.error("--official-python and --official-repo go together (the official run needs both)")
+    objects = round(args.images * OBJECTS_PER_IMAGE)
+    print(f"case: {args.images} images, {objects} objects, {CLASSES} classes, {DETECTIONS} detections an image; "
           f"load average {os.getloadavg()[0]:.2f} at the start")  # fmt: skip
     methods = ["ours", "cocoeval"] + (["official"] if args.official_python else [])
     runs = {}
     for method in methods:
         python = args.official_python if method == "official" else sys.executable
-        runs[method] = run = _run(method, python, args.seed, args.official_repo or "")
+        runs[method] = run = _run(method, python, args)
         print(f"{method:>9}: {run['seconds']:7.2f} s, peak resident {run['peak_mib']:6.0f} MiB "
               f"({run['before_mib']:.0f} MiB before the evaluation)")  # fmt: skip
     ratio = runs["ours"]["seconds"] / runs["cocoeval"]["seconds"]

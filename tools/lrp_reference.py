@@ -1,19 +1,22 @@
 """Reference LRP results of the official LRP-Error code (kemaloksuz/LRP-Error, its pycocotools fork) on small COCO
 cases, written as fixtures for tests/test_lrp_official.py (set-up and re-run: tests/fixtures/lrp_official/README.md).
 
-Runs in a virtual environment that holds the official fork's pycocotools (``--official-repo``: the fork's
-``pycocotools`` folder, its ``_mask`` extension built in place) and numpy; it imports nothing of this project. For
-every case it writes ``<case>_gt.json`` and ``<case>_dt.json`` (COCO files, generated here from a seed) and
-``<case>_official.json``: the official COCOeval's per-class ``olrp``, ``olrp_loc``, ``olrp_fp``, ``olrp_fn`` and
-``lrp_opt_thr`` (area 'all', 100 detections) and the means its ``summarize`` prints (NaN as null).
+Runs in a virtual environment that holds released packages from PyPI only: numpy, pycocotools (its compiled COCO mask
+API) and matplotlib (the fork's ``coco.py`` imports it); nothing is built. The fork's pure-Python ``coco.py`` and
+``cocoeval.py`` are loaded from ``--official-repo`` (a checkout of kemaloksuz/LRP-Error, as cloned) as submodules of
+PyPI's ``pycocotools`` (:func:`load_official`); it imports nothing of this project. For every case it writes
+``<case>_gt.json`` and ``<case>_dt.json`` (COCO files, generated here from a seed) and ``<case>_official.json``: the
+official COCOeval's per-class ``olrp``, ``olrp_loc``, ``olrp_fp``, ``olrp_fn`` and ``lrp_opt_thr`` (area 'all', 100
+detections) and the means its ``summarize`` prints (NaN as null).
 
-    VENV/bin/python tools/lrp_reference.py --official-repo LRP-Error/pycocotools --output tests/fixtures/lrp_official
+    VENV/bin/python tools/lrp_reference.py --official-repo LRP-Error --output tests/fixtures/lrp_official
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import io
 import json
 import math
@@ -110,11 +113,28 @@ def _nan_to_none(values: np.ndarray) -> List[Any]:
     return [None if math.isnan(v) else float(v) for v in np.asarray(values, dtype=np.float64).tolist()]
 
 
-def official_results(gt_file: Path, dt_file: Path, iou_type: str) -> Dict[str, Any]:
-    """The official COCOeval's LRP results (area 'all', 100 detections); ``-1`` (no ground truth) as null too."""
-    from pycocotools.coco import COCO
-    from pycocotools.cocoeval import COCOeval
+def load_official(repo: Path) -> Tuple[Any, Any]:
+    """The ``COCO`` and ``COCOeval`` classes of the official fork's ``coco.py`` and ``cocoeval.py`` in ``repo`` (a
+    checkout of kemaloksuz/LRP-Error), loaded as submodules of PyPI's ``pycocotools``: their ``from . import mask`` is
+    PyPI's compiled COCO mask API, whose ``iou``, ``frPyObjects``, ``merge`` and ``area`` are the fork's C code (its
+    ``decode`` adds a bounds check; its ``toBbox``, of segmentation results, which the segm IoU does not use, a fix)."""
+    import pycocotools  # noqa: F401  (the parent package: the fork's relative imports resolve in it)
 
+    folder, modules = repo / "pycocotools" / "pycocotools", []
+    if not (folder / "cocoeval.py").is_file() or "olrp" not in (folder / "cocoeval.py").read_text():
+        sys.exit(f"{folder}/cocoeval.py is not the official LRP-Error COCOeval (a checkout of kemaloksuz/LRP-Error?)")
+    for name in ("coco", "cocoeval"):
+        spec = importlib.util.spec_from_file_location(f"pycocotools.lrp_error_{name}", folder / f"{name}.py")
+        assert spec is not None and spec.loader is not None
+        modules.append(importlib.util.module_from_spec(spec))
+        sys.modules[spec.name] = modules[-1]
+        spec.loader.exec_module(modules[-1])
+    return modules[0].COCO, modules[1].COCOeval
+
+
+def official_results(gt_file: Path, dt_file: Path, iou_type: str, official: Tuple[Any, Any]) -> Dict[str, Any]:
+    """The official COCOeval's LRP results (area 'all', 100 detections); ``-1`` (no ground truth) as null too."""
+    COCO, COCOeval = official
     with contextlib.redirect_stdout(io.StringIO()):
         coco_gt = COCO(str(gt_file))
         coco_eval = COCOeval(coco_gt, coco_gt.loadRes(str(dt_file)), iou_type)
@@ -139,7 +159,7 @@ def official_results(gt_file: Path, dt_file: Path, iou_type: str) -> Dict[str, A
     }
 
 
-def write_case(name: str, output: Path, mask_utils: Any) -> None:
+def write_case(name: str, output: Path, mask_utils: Any, official: Tuple[Any, Any]) -> None:
     seed, iou_type, images, classes, size = CASES[name]
     gt, results = make_case(seed, images, classes, size)
     if iou_type == "segm":
@@ -149,7 +169,7 @@ def write_case(name: str, output: Path, mask_utils: Any) -> None:
     gt_file, dt_file = output / f"{name}_gt.json", output / f"{name}_dt.json"
     gt_file.write_text(json.dumps(gt))
     dt_file.write_text(json.dumps(results))
-    reference = {"iou_type": iou_type, **official_results(gt_file, dt_file, iou_type)}
+    reference = {"iou_type": iou_type, **official_results(gt_file, dt_file, iou_type, official)}
     (output / f"{name}_official.json").write_text(json.dumps(reference, indent=1) + "\n")
     print(
         f"{name}: {len(gt['annotations'])} objects, {len(results)} detections, oLRP {reference['summary']['oLRP']:.6f}"
@@ -158,17 +178,15 @@ def write_case(name: str, output: Path, mask_utils: Any) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--official-repo", required=True, help="the official fork's pycocotools folder (built)")
+    parser.add_argument("--official-repo", required=True, type=Path, help="a checkout of kemaloksuz/LRP-Error")
     parser.add_argument("--output", required=True, type=Path)
     args = parser.parse_args()
-    sys.path.insert(0, str(Path(args.official_repo).resolve()))
-    from pycocotools import cocoeval, mask
+    from pycocotools import mask
 
-    if "olrp" not in Path(cocoeval.__file__).read_text():
-        sys.exit(f"{cocoeval.__file__} is not the official LRP-Error COCOeval (no oLRP in it)")
+    official = load_official(args.official_repo)
     args.output.mkdir(parents=True, exist_ok=True)
     for name in CASES:
-        write_case(name, args.output, mask)
+        write_case(name, args.output, mask, official)
 
 
 if __name__ == "__main__":
