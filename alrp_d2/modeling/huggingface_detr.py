@@ -104,6 +104,7 @@ class HuggingFaceDETR(nn.Module):
 
     pixel_mean: Tensor
     pixel_std: Tensor
+    num_classes_key = "MODEL.DETR.NUM_CLASSES"  # the number of classes the dataset checks compare
 
     @configurable
     def __init__(
