@@ -39,7 +39,7 @@ from ..data.training_filter import training_dataset_dicts
 from ..data.worker_lifetime import workers_die_with_parent
 from ..evaluation import COCOLRPEvaluator
 from .buffer_sync import broadcast_buffers_from_main
-from .collapse_check import CollapseCheckHook
+from .collapse_check import CollapseCheckHook, ObjectCountingLoader
 from .self_balance import SelfBalanceHook, find_ranking_losses, self_balance_period
 from .writers import alrp_writers
 
@@ -122,7 +122,8 @@ class RunTrainer(DefaultTrainer):
         TrainerBase.__init__(self)
         self.run = run
         model = create_ddp_model(run.model, **ddp_arguments(run.device, run.ddp))
-        self._trainer = (AMPTrainer if run.amp else SimpleTrainer)(model, run.data_loader, run.optimizer)
+        loader = ObjectCountingLoader(run.data_loader)  # the collapse check skips batches without objects
+        self._trainer = (AMPTrainer if run.amp else SimpleTrainer)(model, loader, run.optimizer)
         self.scheduler = run.lr_scheduler
         self.checkpointer = AlrpCheckpointer(
             model,
