@@ -18,6 +18,7 @@ from torch import Tensor, nn
 
 from .detr_detections import top_k_detections
 from .detr_inputs import detr_batch, hf_labels
+from .detr_pretrained import check_pretrained
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -51,6 +52,7 @@ def build_hf_detr(hf_config: Mapping[str, Any], pretrained: str, num_classes: in
     options = dict(plain(hf_config))
     model_type = options.pop("model_type", None)
     if pretrained:
+        check_pretrained(pretrained)  # a missing folder, one without weights, or with non-finite weights
         model = AutoModelForObjectDetection.from_pretrained(
             pretrained, num_labels=num_classes, ignore_mismatched_sizes=True, **options
         )
