@@ -6,8 +6,8 @@
     python benchmarks/op_count.py --previous-repo /tmp/previous   # another checkout's losses (labelled), as they run
 
 Prints one line per case, ``<loss> P=<P> ops=<n>`` (loss in alrp, ap, rank_sort), for the path chosen by
-``--path`` (``dense``, the path a CUDA device takes, by default; see :mod:`alrp_d2.losses.ranking_path`), forced on
-whatever ``--device`` runs it, so that a CPU counts what a GPU would launch. The counter
+``--path`` (``dense``, the path a CUDA device takes, by default; see :mod:`alrp_d2.losses.ranking_path`), passed to
+the losses on whatever ``--device`` runs them, so that a CPU counts what a GPU would launch. The counter
 (:class:`OperationCounter`) sees every aten operation dispatched inside it, forward and backward, except views
 (``view``, ``reshape`` of a contiguous tensor, slicing, ...) and allocations without a kernel (``empty``,
 ``empty_strided``, ``empty_like``), which launch nothing. The inputs are those of ``benchmarks/loss_speed.py`` and
@@ -21,7 +21,6 @@ name (``benchmarks/reference_losses.load_previous``), on whatever path it takes 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import sys
 import types
@@ -37,7 +36,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from alrp_d2 import losses as our_losses  # noqa: E402
-from alrp_d2.losses.ranking_path import PATHS, forced_path  # noqa: E402
+from alrp_d2.losses.ranking_path import PATHS  # noqa: E402
 from benchmarks.reference_losses import load_previous  # noqa: E402
 
 aten = torch.ops.aten
@@ -85,21 +84,28 @@ def make_case(num_logits: int, num_positives: int, device: str, seed: int = 0) -
 
 
 def loss_call(
-    loss: str, logits: Tensor, positives: Tensor, targets: Tensor, valid: Tensor, losses: types.ModuleType = our_losses
+    loss: str,
+    logits: Tensor,
+    positives: Tensor,
+    targets: Tensor,
+    valid: Tensor,
+    losses: types.ModuleType = our_losses,
+    path: Optional[str] = None,
 ) -> Callable[[], None]:
     """One forward and backward of ``loss`` of the package ``losses`` (its classification / ranking component
-    drives the logits)."""
+    drives the logits) on ``path`` (None: the losses' default, by device)."""
+    options = {} if path is None else {"path": path}
 
     def run() -> None:
         leaf = logits.detach().requires_grad_(True)
         if loss == "alrp":
             errors = targets.detach().requires_grad_(True)
-            terms = losses.alrp_loss_indexed(leaf, positives, errors, valid, delta=1.0)
+            terms = losses.alrp_loss_indexed(leaf, positives, errors, valid, delta=1.0, **options)
             (terms.loss_cls + terms.loss_loc).backward()
         elif loss == "ap":
-            losses.ap_loss_indexed(leaf, positives, valid, eps=None, interpolated=True).loss.backward()
+            losses.ap_loss_indexed(leaf, positives, valid, eps=None, interpolated=True, **options).loss.backward()
         else:
-            terms = losses.rank_sort_loss_indexed(leaf, positives, targets, valid, delta=0.5)
+            terms = losses.rank_sort_loss_indexed(leaf, positives, targets, valid, delta=0.5, **options)
             (terms.ranking_loss + terms.sorting_loss).backward()
 
     return run
@@ -111,11 +117,10 @@ def count_operations(
     """The operations of one forward and backward of ``loss`` on ``path`` (None: by device) after one uncounted
     warm-up call; ``previous``: the checkout whose losses to count (``""``: this one's)."""
     losses = load_previous(previous) if previous else our_losses
-    run = loss_call(loss, *make_case(num_logits, num_positives, device), losses=losses)
-    with forced_path(path) if path is not None else contextlib.nullcontext():
+    run = loss_call(loss, *make_case(num_logits, num_positives, device), losses=losses, path=path)
+    run()
+    with OperationCounter() as counter:
         run()
-        with OperationCounter() as counter:
-            run()
     return counter
 
 

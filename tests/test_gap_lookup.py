@@ -9,8 +9,10 @@ import pytest
 import torch
 
 from alrp_d2.losses import negative_scan
+from alrp_d2.losses.band_edges import BandEdges
 from alrp_d2.losses.gap_lookup import GapLookup, LookupBuffers
-from alrp_d2.losses.relation_sums import BandEdges, PositiveRanking
+from alrp_d2.losses.ranking_path import choose_path
+from alrp_d2.losses.relation_sums import PositiveRanking
 
 from .loop_reference import smooth_step
 
@@ -77,11 +79,10 @@ def brute_force(logits, positives, valid, delta):
     return scores, relation * is_negative, num_false_positives, 1 + among_positives + num_false_positives
 
 
-@pytest.mark.usefixtures("ranking_path")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("delta", [1.0, 0.5, 0.0])
 @pytest.mark.parametrize("seed", range(6))
-def test_ranking_equals_the_relation_matrix(seed, delta, dtype, monkeypatch):
+def test_ranking_equals_the_relation_matrix(seed, delta, dtype, monkeypatch, ranking_path):
     """N_FP, rank and the negatives' relation sums against the P x M matrix of H(x_ij), with negatives on
     the positives' band edges (ties, H(0) of the unit step), outside every band and ignored, in chunks of 7,
     on both paths."""
@@ -98,7 +99,7 @@ def test_ranking_equals_the_relation_matrix(seed, delta, dtype, monkeypatch):
     logits = logits.to(dtype)  # exact: the values are on a coarse grid
     positives = positives[torch.argsort(logits[positives].double(), stable=True)]
     valid = torch.rand(num, generator=gen) > 0.2
-    ranking = PositiveRanking.build(logits, positives, valid, delta)
+    ranking = PositiveRanking.build(logits, positives, valid, delta, choose_path(ranking_path, logits.device))
     sorted_scores, negative_relation, num_false_positives, rank = brute_force(logits.double(), positives, valid, delta)
     # The scan path shifts the scores by the smallest one, the dense path does not.
     torch.testing.assert_close(ranking.positive_scores - ranking.positive_scores[0], sorted_scores - sorted_scores[0])

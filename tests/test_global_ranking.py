@@ -14,20 +14,19 @@ import torch.distributed as dist
 from alrp_d2.losses import NonFiniteInputError, alrp_loss_terms, ap_loss_terms
 from alrp_d2.losses.global_ranking import exchange_checked, global_mean, ranking_group
 from alrp_d2.losses.input_checks import check_ranking_inputs
-from alrp_d2.losses.ranking_path import forced_path
 
 from .distributed_cases import NUM_CASES, PATHS, TOLERANCE, assert_relative, make_case, spawn_workers, split
 
 
-def losses(logits, labels, errors, delta, group) -> Dict[str, torch.Tensor]:
-    """aLRP and AP Loss values and the gradients of the logits and E_loc."""
+def losses(logits, labels, errors, delta, group, path: str = "auto") -> Dict[str, torch.Tensor]:
+    """aLRP and AP Loss values and the gradients of the logits and E_loc, on ``path``."""
     logits = logits.clone().requires_grad_(True)
     errors = errors.clone().requires_grad_(True)
-    alrp = alrp_loss_terms(logits, labels, errors, delta=delta, group=group)
+    alrp = alrp_loss_terms(logits, labels, errors, delta=delta, group=group, path=path)
     grad_logits, grad_errors = torch.autograd.grad(alrp.loss_cls + alrp.loss_loc, [logits, errors], allow_unused=True)
-    ap = ap_loss_terms(logits, labels, delta=delta, group=group)
+    ap = ap_loss_terms(logits, labels, delta=delta, group=group, path=path)
     (grad_ap,) = torch.autograd.grad(ap.loss, [logits])
-    interpolated = ap_loss_terms(logits, labels, delta=delta, eps=None, group=group, interpolated=True)
+    interpolated = ap_loss_terms(logits, labels, delta=delta, eps=None, group=group, interpolated=True, path=path)
     (grad_interpolated,) = torch.autograd.grad(interpolated.loss, [logits])
     return {
         "alrp_cls": alrp.loss_cls.detach(),
@@ -52,11 +51,10 @@ def _worker(rank: int, world_size: int, out_dir: str) -> None:
     assert ranking_group("per_worker") is None
     results: Dict = {"global": {path: [] for path in PATHS}, "raised": []}
     for path in PATHS:
-        with forced_path(path):
-            for seed in range(NUM_CASES):
-                for dtype in (torch.float64, torch.float32):
-                    case = make_case(seed, world_size, dtype)
-                    results["global"][path].append(losses(*split(case, rank), case["delta"], group))
+        for seed in range(NUM_CASES):
+            for dtype in (torch.float64, torch.float32):
+                case = make_case(seed, world_size, dtype)
+                results["global"][path].append(losses(*split(case, rank), case["delta"], group, path))
     case = make_case(1, world_size, torch.float64)
     results["per_worker"] = losses(*split(case, rank), case["delta"], None)
     for seed in (3, 5):  # a worker without positives; no positive anywhere
@@ -90,7 +88,7 @@ def test_global_loss_equals_one_process_on_the_concatenation(worker_results, see
     world_size, per_worker = worker_results
     index = 2 * seed + (dtype == torch.float32)
     case = make_case(seed, world_size, dtype)
-    expected = losses(case["logits"], case["labels"], case["errors"], case["delta"], None)
+    expected = losses(case["logits"], case["labels"], case["errors"], case["delta"], None, ranking_path)
     rtol = TOLERANCE[dtype]
     for name in ("alrp_cls", "alrp_loc", "ap", "ap_interpolated", "alrp_positive_magnitude", "alrp_negative_magnitude"):
         for results in per_worker:  # the same global value on every worker

@@ -11,7 +11,6 @@ import torch
 
 from alrp_d2.losses import NonFiniteInputError, rank_sort_loss_terms
 from alrp_d2.losses.global_ranking import ranking_group
-from alrp_d2.losses.ranking_path import forced_path
 
 from .distributed_cases import NUM_CASES, PATHS, TOLERANCE, assert_relative, make_case, spawn_workers, split
 
@@ -41,9 +40,9 @@ def worker_targets(case: Dict, rank: int):
     return logits, targets
 
 
-def losses(logits, targets, delta, group) -> Dict[str, torch.Tensor]:
+def losses(logits, targets, delta, group, path: str = "auto") -> Dict[str, torch.Tensor]:
     logits = logits.clone().requires_grad_(True)
-    terms = rank_sort_loss_terms(logits, targets, delta=delta, group=group)
+    terms = rank_sort_loss_terms(logits, targets, delta=delta, group=group, path=path)
     (grad,) = torch.autograd.grad(terms.ranking_loss, [logits])
     return {
         "ranking": terms.ranking_loss.detach(),
@@ -58,11 +57,10 @@ def _worker(rank: int, world_size: int, out_dir: str) -> None:
     group = ranking_group("global")
     results: Dict = {"global": {path: [] for path in PATHS}, "raised": []}
     for path in PATHS:
-        with forced_path(path):
-            for seed in range(NUM_CASES):
-                for dtype in (torch.float64, torch.float32):
-                    case = rank_sort_case(seed, world_size, dtype)
-                    results["global"][path].append(losses(*worker_targets(case, rank), case["delta"], group))
+        for seed in range(NUM_CASES):
+            for dtype in (torch.float64, torch.float32):
+                case = rank_sort_case(seed, world_size, dtype)
+                results["global"][path].append(losses(*worker_targets(case, rank), case["delta"], group, path))
     logits = torch.randn(20, dtype=torch.float64)
     targets = torch.zeros(20, dtype=torch.float64)
     targets[:3] = 0.5
@@ -89,7 +87,7 @@ def test_global_rank_sort_equals_one_process_on_the_concatenation(worker_results
     world_size, per_worker = worker_results
     index = 2 * seed + (dtype == torch.float32)
     case = rank_sort_case(seed, world_size, dtype)
-    expected = losses(case["logits"], case["targets"], case["delta"], None)
+    expected = losses(case["logits"], case["targets"], case["delta"], None, ranking_path)
     rtol = TOLERANCE[dtype]
     for name in ("ranking", "sorting", "positive_magnitude", "negative_magnitude"):
         for results in per_worker:

@@ -40,10 +40,9 @@ def detection_case(seed: int, dtype: torch.dtype):
     return logits.to(dtype), row_labels, labels.flatten()
 
 
-@pytest.mark.usefixtures("ranking_path")
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("seed", range(12))
-def test_indexed_equals_labels_whatever_the_order_of_the_positives(seed, dtype):
+def test_indexed_equals_labels_whatever_the_order_of_the_positives(seed, dtype, ranking_path):
     logits, row_labels, labels = detection_case(seed, dtype)
     gen = torch.Generator().manual_seed(100 + seed)
     flat_positives = torch.nonzero(labels == 1).squeeze(1)  # the label API's order
@@ -52,13 +51,13 @@ def test_indexed_equals_labels_whatever_the_order_of_the_positives(seed, dtype):
 
     by_labels = logits.flatten().clone().requires_grad_(True)
     errors_labels = errors.clone().requires_grad_(True)
-    expected = alrp_loss_terms(by_labels, labels, errors_labels, delta=0.5)
+    expected = alrp_loss_terms(by_labels, labels, errors_labels, delta=0.5, path=ranking_path)
     expected_grads = torch.autograd.grad(expected.loss_cls + expected.loss_loc, [by_labels, errors_labels])
 
     by_index = logits.clone().requires_grad_(True)
     errors_index = errors[order].clone().requires_grad_(True)
     valid = (row_labels >= 0)[:, None]
-    terms = alrp_loss_indexed(by_index, flat_positives[order], errors_index, valid, delta=0.5)
+    terms = alrp_loss_indexed(by_index, flat_positives[order], errors_index, valid, delta=0.5, path=ranking_path)
     grads = torch.autograd.grad(terms.loss_cls + terms.loss_loc, [by_index, errors_index])
 
     for actual, reference in zip(terms, expected):
@@ -69,18 +68,19 @@ def test_indexed_equals_labels_whatever_the_order_of_the_positives(seed, dtype):
 
     for interpolated in (False, True):
         by_labels = logits.flatten().clone().requires_grad_(True)
-        ap = ap_loss_terms(by_labels, labels, eps=None, interpolated=interpolated)
+        ap = ap_loss_terms(by_labels, labels, eps=None, interpolated=interpolated, path=ranking_path)
         by_index = logits.clone().requires_grad_(True)
-        indexed = ap_loss_indexed(by_index, flat_positives[order], valid, eps=None, interpolated=interpolated)
+        indexed = ap_loss_indexed(
+            by_index, flat_positives[order], valid, eps=None, interpolated=interpolated, path=ranking_path
+        )
         assert_relative(indexed.loss, ap.loss, TOLERANCE[dtype])
         (grad,) = torch.autograd.grad(indexed.loss, [by_index])
         (expected_grad,) = torch.autograd.grad(ap.loss, [by_labels])
         assert_relative(grad.flatten(), expected_grad, TOLERANCE[dtype])
 
 
-@pytest.mark.usefixtures("ranking_path")
 @pytest.mark.parametrize("seed", range(6))
-def test_negatives_in_many_float64_chunks_equal_the_loop(seed, monkeypatch):
+def test_negatives_in_many_float64_chunks_equal_the_loop(seed, monkeypatch, ranking_path):
     """The relevant negatives are turned into float64 a chunk at a time: tiny chunks give the
     loop transcription's values and gradients."""
     monkeypatch.setattr(negative_scan, "CHUNK", 7)
@@ -89,7 +89,7 @@ def test_negatives_in_many_float64_chunks_equal_the_loop(seed, monkeypatch):
     logits = logits.flatten()
     errors = torch.rand(int((labels == 1).sum()), dtype=torch.float64)
     leaf = logits.clone().requires_grad_(True)
-    terms = alrp_loss_terms(leaf, labels, errors, delta=1.0)
+    terms = alrp_loss_terms(leaf, labels, errors, delta=1.0, path=ranking_path)
     (grad,) = torch.autograd.grad(terms.loss_cls, [leaf])
     loss_cls, loss_loc, loop_grad, _ = alrp_loss_loop(logits, labels, errors, delta=1.0)
     assert_relative(terms.loss_cls, loss_cls, 1e-6)
@@ -97,7 +97,7 @@ def test_negatives_in_many_float64_chunks_equal_the_loop(seed, monkeypatch):
     assert_relative(grad, loop_grad, 1e-6)
     loss, loop_grad = ap_loss_loop(logits, labels, delta=1.0)
     leaf = logits.clone().requires_grad_(True)
-    ap = ap_loss_terms(leaf, labels, delta=1.0)
+    ap = ap_loss_terms(leaf, labels, delta=1.0, path=ranking_path)
     (grad,) = torch.autograd.grad(ap.loss, [leaf])
     assert_relative(ap.loss, loss, 1e-6)
     assert_relative(grad, loop_grad, 1e-6)
@@ -106,14 +106,14 @@ def test_negatives_in_many_float64_chunks_equal_the_loop(seed, monkeypatch):
 INDEXED_LOSSES = ("alrp", "ap", "rank_sort")
 
 
-def indexed_loss(name: str, logits: torch.Tensor, positives: torch.Tensor) -> torch.Tensor:
+def indexed_loss(name: str, logits: torch.Tensor, positives: torch.Tensor, path: str) -> torch.Tensor:
     """The ranking loss ``name`` of the index API (its classification / ranking component)."""
     errors = torch.rand(len(positives))
     if name == "alrp":
-        return alrp_loss_indexed(logits, positives, errors).loss_cls
+        return alrp_loss_indexed(logits, positives, errors, path=path).loss_cls
     if name == "ap":
-        return ap_loss_indexed(logits, positives).loss
-    return rank_sort_loss_indexed(logits, positives, errors).ranking_loss
+        return ap_loss_indexed(logits, positives, path=path).loss
+    return rank_sort_loss_indexed(logits, positives, errors, path=path).ranking_loss
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
@@ -127,7 +127,7 @@ def test_non_finite_logits_make_the_indexed_losses_nan(bad, ranking_path):
         positives = torch.tensor([0, 7])
         for name in INDEXED_LOSSES:
             with HostSyncCounter() as syncs:
-                value = indexed_loss(name, logits, positives)
+                value = indexed_loss(name, logits, positives, ranking_path)
             assert torch.isnan(value), name
             assert syncs.total() == {"scan": 1, "dense": 0}[ranking_path], (name, syncs.by_operation)
 
@@ -140,10 +140,9 @@ def test_no_positive_gives_connected_zeros():
     assert terms.loss_cls.item() == 0 and torch.all(logits.grad == 0)
 
 
-@pytest.mark.usefixtures("ranking_path")
 @pytest.mark.parametrize("delta", [0.5, 0.0])
 @pytest.mark.parametrize("seed", range(6))
-def test_rank_sort_indexed_equals_targets_whatever_the_order_of_the_positives(seed, delta, monkeypatch):
+def test_rank_sort_indexed_equals_targets_whatever_the_order_of_the_positives(seed, delta, monkeypatch, ranking_path):
     """Also with the negatives in many float64 chunks; the unit step (delta 0) places a negative
     equal to a positive's score above it, also after the edges are rounded to float32."""
     monkeypatch.setattr(negative_scan, "CHUNK", 5)
@@ -158,11 +157,11 @@ def test_rank_sort_indexed_equals_targets_whatever_the_order_of_the_positives(se
     order = torch.randperm(len(flat_positives), generator=gen)
 
     leaf = logits.flatten().clone().requires_grad_(True)
-    expected = rank_sort_loss_terms(leaf, targets, delta=delta)
+    expected = rank_sort_loss_terms(leaf, targets, delta=delta, path=ranking_path)
     (expected_grad,) = torch.autograd.grad(expected.ranking_loss, [leaf])
     leaf = logits.clone().requires_grad_(True)
     valid = (row_labels >= 0)[:, None]
-    terms = rank_sort_loss_indexed(leaf, flat_positives[order], ious[order], valid, delta=delta)
+    terms = rank_sort_loss_indexed(leaf, flat_positives[order], ious[order], valid, delta=delta, path=ranking_path)
     (grad,) = torch.autograd.grad(terms.ranking_loss, [leaf])
     assert_relative(terms.ranking_loss, expected.ranking_loss, 1e-5)
     assert_relative(terms.sorting_loss, expected.sorting_loss, 1e-5)

@@ -12,9 +12,6 @@ from alrp_d2.losses import NonFiniteInputError, rank_sort_loss, rank_sort_loss_t
 from .loop_reference import cached_reference, rank_sort_loss_loop
 from .ranking_cases import assert_relative
 
-# Every test runs on both paths of the ranking losses (the ``ranking_path`` fixture of tests/conftest.py).
-pytestmark = pytest.mark.usefixtures("ranking_path")
-
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 # float32 inputs are computed in float64 like float64 ones; only the outputs are rounded to float32.
 TOLERANCE = {torch.float64: 1e-6, torch.float32: 1e-5}
@@ -41,17 +38,19 @@ def random_case(seed: int, dtype: torch.dtype, device: str = "cpu"):
     return logits.to(dtype).to(device), targets.to(dtype).to(device), DELTAS[seed % len(DELTAS)]
 
 
-def run(logits: torch.Tensor, targets: torch.Tensor, delta: float):
+def run(logits: torch.Tensor, targets: torch.Tensor, delta: float, path: str):
     """(ranking_loss, sorting_loss, d ranking_loss / d logits)."""
     logits = logits.clone().requires_grad_(True)
-    ranking, sorting = rank_sort_loss(logits, targets, delta)
+    ranking, sorting = rank_sort_loss(logits, targets, delta, path=path)
     (grad,) = torch.autograd.grad(ranking, [logits])
     return ranking, sorting, grad
 
 
-def assert_matches_loop(logits: torch.Tensor, targets: torch.Tensor, delta: float, rtol: float, key=None) -> None:
+def assert_matches_loop(
+    logits: torch.Tensor, targets: torch.Tensor, delta: float, rtol: float, key=None, *, path: str
+) -> None:
     """Values and gradient against the loop transcription (computed once per ``key`` when one is given)."""
-    ranking, sorting, grad = run(logits, targets, delta)
+    ranking, sorting, grad = run(logits, targets, delta, path=path)
 
     def loop():
         return rank_sort_loss_loop(logits.detach().cpu(), targets.cpu(), delta)
@@ -64,14 +63,14 @@ def assert_matches_loop(logits: torch.Tensor, targets: torch.Tensor, delta: floa
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("seed", range(NUM_RANDOM_CASES))
-def test_matches_loop_reference(seed, dtype, device):
+def test_matches_loop_reference(seed, dtype, device, ranking_path):
     logits, targets, delta = random_case(seed, dtype, device)
-    ranking, sorting, _ = run(logits, targets, delta)
+    ranking, sorting, _ = run(logits, targets, delta, path=ranking_path)
     assert ranking.dtype == dtype and sorting.dtype == dtype
-    assert_matches_loop(logits, targets, delta, TOLERANCE[dtype], key=("rank_sort", seed, dtype))
+    assert_matches_loop(logits, targets, delta, TOLERANCE[dtype], key=("rank_sort", seed, dtype), path=ranking_path)
 
 
-def test_random_cases_cover_the_edge_cases():
+def test_random_cases_cover_the_edge_cases(ranking_path):
     """Ties between positives, between positives and negatives, equal IoUs, IoUs of 1, ignored
     entries and every delta (the unit step included) occur among the random problems."""
     found = dict.fromkeys(["positive_ties", "positive_negative_ties", "equal_ious", "iou_one", "ignored"], 0)
@@ -87,13 +86,13 @@ def test_random_cases_cover_the_edge_cases():
     assert set(DELTAS) == {random_case(seed, torch.float64)[2] for seed in range(NUM_RANDOM_CASES)}
 
 
-def test_hand_computed_unit_step_example():
+def test_hand_computed_unit_step_example(ranking_path):
     """Positive a (IoU 0.9, score 1), positive b (IoU 0.5, score 2), a negative at 1.5, delta 0:
     a has N_FP 1, rank^+ 2 (itself and b), l_R = 1/3 and l_S = 0.3 - 0.1; b has no error. a hands
     l_R to the negative and l_S to b, which is sorted above it by mistake."""
     logits = torch.tensor([1.0, 2.0, 1.5], dtype=torch.float64)
     targets = torch.tensor([0.9, 0.5, 0.0], dtype=torch.float64)
-    terms = rank_sort_loss_terms(logits.requires_grad_(True), targets, delta=0.0)
+    terms = rank_sort_loss_terms(logits.requires_grad_(True), targets, delta=0.0, path=ranking_path)
     (grad,) = torch.autograd.grad(terms.ranking_loss, [logits])
     assert terms.ranking_loss.item() == pytest.approx(1 / 6, abs=1e-15)
     assert terms.sorting_loss.item() == pytest.approx(0.1, abs=1e-15)
@@ -103,53 +102,54 @@ def test_hand_computed_unit_step_example():
 
 
 @pytest.mark.parametrize("delta", [0.5, 0.0])
-def test_ties_between_positives_and_negatives(delta):
+def test_ties_between_positives_and_negatives(delta, ranking_path):
     """Tied scores at 0 and ties at exactly delta; two positives share an IoU."""
     logits = torch.tensor([0.0, 0.0, 0.0, 0.5, 0.5, -0.5, 0.0, 1.0], dtype=torch.float64)
     targets = torch.tensor([0.7, 0.7, 0.0, 0.4, 0.0, 1.0, -1.0, 0.0], dtype=torch.float64)
-    assert_matches_loop(logits, targets, delta, 1e-12)
+    assert_matches_loop(logits, targets, delta, 1e-12, path=ranking_path)
 
 
 @pytest.mark.parametrize("delta", [0.5, 0.0])
-def test_single_positive(delta):
+def test_single_positive(delta, ranking_path):
     logits = torch.tensor([0.0, 0.0, 0.3, -0.3, 5.0, -5.0], dtype=torch.float64)
     targets = torch.tensor([0.6, 0.0, 0.0, 0.0, -1.0, 0.0], dtype=torch.float64)
-    ranking, sorting, grad = run(logits, targets, delta)
-    assert_matches_loop(logits, targets, delta, 1e-12)
+    ranking, sorting, grad = run(logits, targets, delta, path=ranking_path)
+    assert_matches_loop(logits, targets, delta, 1e-12, path=ranking_path)
     assert sorting.item() == 0
     assert grad[4] == 0 and grad[5] == 0  # ignored, and far below the positive
 
 
 @pytest.mark.parametrize("iou", [1.0, 0.6])
-def test_equal_ious_have_no_sorting_error(iou):
+def test_equal_ious_have_no_sorting_error(iou, ranking_path):
     """With every IoU equal nothing is mis-sorted: the sorting loss and its gradient are exactly 0
     and the gradient is the ranking gradient alone (that of a constant sorting target)."""
     logits, targets, delta = random_case(4, torch.float64)
     targets = torch.where(targets > 0, iou, targets)
-    ranking, sorting, grad = run(logits, targets, delta)
+    ranking, sorting, grad = run(logits, targets, delta, path=ranking_path)
     assert sorting.item() == 0
-    assert_matches_loop(logits, targets, delta, 1e-10)
+    assert_matches_loop(logits, targets, delta, 1e-10, path=ranking_path)
     positive = targets > 0
     relevant_negatives = grad[targets == 0]
     assert torch.all(grad[positive] <= 0) and torch.all(relevant_negatives >= 0)
 
 
-def test_perfect_ranking_and_sorting_have_no_error():
+def test_perfect_ranking_and_sorting_have_no_error(ranking_path):
     logits = torch.tensor([5.0, 4.0, 3.0, -1.0, -2.0, 1.9], dtype=torch.float64, requires_grad=True)
     targets = torch.tensor([0.9, 0.8, 0.3, 0.0, 0.0, 0.0], dtype=torch.float64)
-    ranking, sorting = rank_sort_loss(logits, targets)
+    ranking, sorting = rank_sort_loss(logits, targets, path=ranking_path)
     (ranking + sorting).backward()
     assert ranking.item() == 0 and sorting.item() == 0
     assert torch.all(logits.grad == 0)
 
 
-def test_ignored_entries_do_not_change_anything():
+def test_ignored_entries_do_not_change_anything(ranking_path):
     logits, targets, delta = random_case(7, torch.float64)
-    base = run(logits, targets, delta)
+    base = run(logits, targets, delta, path=ranking_path)
     extended = run(
         torch.cat([logits, torch.tensor([100.0, -100.0, 0.0], dtype=torch.float64)]),
         torch.cat([targets, torch.tensor([-1.0, -0.5, -2.0], dtype=torch.float64)]),
         delta,
+        path=ranking_path,
     )
     for a, b in zip(base[:2], extended[:2]):
         assert_relative(b, a, 1e-12)
@@ -157,11 +157,11 @@ def test_ignored_entries_do_not_change_anything():
     assert torch.all(extended[2][logits.numel() :] == 0)
 
 
-def test_sorting_loss_is_connected_with_zero_gradient():
+def test_sorting_loss_is_connected_with_zero_gradient(ranking_path):
     """As the official backward, only the ranking loss carries the score gradient."""
     logits, targets, delta = random_case(2, torch.float64)
     logits.requires_grad_(True)
-    ranking, sorting = rank_sort_loss(logits, targets, delta)
+    ranking, sorting = rank_sort_loss(logits, targets, delta, path=ranking_path)
     assert sorting.item() > 0 and sorting.requires_grad
     (sorting_grad,) = torch.autograd.grad(sorting, [logits], retain_graph=True)
     assert torch.all(sorting_grad == 0)
@@ -171,13 +171,13 @@ def test_sorting_loss_is_connected_with_zero_gradient():
 
 
 @pytest.mark.parametrize("seed", range(10))
-def test_gradients_of_positives_and_negatives_balance(seed):
+def test_gradients_of_positives_and_negatives_balance(seed, ranking_path):
     """The ranking update moves as much to the negatives as it takes from the positives, and the
     sorting update moves score among the positives only: the signed sums cancel. The reported
     magnitudes are the sums of |gradient| of the positives and of the negatives."""
     logits, targets, delta = random_case(seed, torch.float64)
     leaf = logits.clone().requires_grad_(True)
-    terms = rank_sort_loss_terms(leaf, targets, delta)
+    terms = rank_sort_loss_terms(leaf, targets, delta, path=ranking_path)
     (grad,) = torch.autograd.grad(terms.ranking_loss, [leaf])
     positive, negative = grad[targets > 0], grad[targets == 0]
     torch.testing.assert_close(positive.sum(), -negative.sum(), rtol=0, atol=1e-12)
@@ -186,25 +186,25 @@ def test_gradients_of_positives_and_negatives_balance(seed):
     assert torch.all(negative >= 0)
 
 
-def test_no_positive_gives_connected_zeros():
+def test_no_positive_gives_connected_zeros(ranking_path):
     logits = torch.randn(50, requires_grad=True)
     targets = torch.zeros(50)
     targets[:5] = -1
-    ranking, sorting = rank_sort_loss(logits, targets)
+    ranking, sorting = rank_sort_loss(logits, targets, path=ranking_path)
     assert ranking.item() == 0 and sorting.item() == 0
     (ranking + sorting).backward()
     assert torch.all(logits.grad == 0)
     empty = torch.zeros(0, requires_grad=True)
-    ranking, sorting = rank_sort_loss(empty, torch.zeros(0))
+    ranking, sorting = rank_sort_loss(empty, torch.zeros(0), path=ranking_path)
     (ranking + sorting).backward()
     assert ranking.item() == 0 and empty.grad.shape == (0,)
 
 
-def test_autocast_computes_in_float32():
+def test_autocast_computes_in_float32(ranking_path):
     logits, targets, delta = random_case(11, torch.float32)
     half_logits = logits.bfloat16().requires_grad_(True)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        ranking, sorting = rank_sort_loss(half_logits, targets, delta)
+        ranking, sorting = rank_sort_loss(half_logits, targets, delta, path=ranking_path)
     assert ranking.dtype == torch.float32 and sorting.dtype == torch.float32
     ref_ranking, ref_sorting, ref_grad = rank_sort_loss_loop(half_logits.float(), targets, delta)
     assert_relative(ranking, ref_ranking, 1e-5)
@@ -214,51 +214,51 @@ def test_autocast_computes_in_float32():
     torch.testing.assert_close(half_logits.grad.double(), ref_grad, rtol=1e-2, atol=1e-6)
 
 
-def test_invalid_inputs_raise():
+def test_invalid_inputs_raise(ranking_path):
     logits = torch.randn(6)
     targets = torch.tensor([0.5, 0.0, 0.0, 1.0, -1.0, 0.0])
     with pytest.raises(ValueError, match="same length"):
-        rank_sort_loss(logits, targets[:5])
+        rank_sort_loss(logits, targets[:5], path=ranking_path)
     with pytest.raises(ValueError, match="1-D"):
-        rank_sort_loss(logits.view(2, 3), targets.view(2, 3))
+        rank_sort_loss(logits.view(2, 3), targets.view(2, 3), path=ranking_path)
     with pytest.raises(TypeError, match="targets must be a floating-point tensor"):
-        rank_sort_loss(logits, (targets > 0).long())
+        rank_sort_loss(logits, (targets > 0).long(), path=ranking_path)
     with pytest.raises(TypeError, match="logits must be a floating-point tensor"):
-        rank_sort_loss(torch.arange(6), targets)
+        rank_sort_loss(torch.arange(6), targets, path=ranking_path)
     with pytest.raises(ValueError, match=r"targets must be <= 1 .* maximum of 1.5"):
-        rank_sort_loss(logits, torch.tensor([1.5, 0.0, 0.0, 1.0, -1.0, 0.0]))
+        rank_sort_loss(logits, torch.tensor([1.5, 0.0, 0.0, 1.0, -1.0, 0.0]), path=ranking_path)
     for delta in (-0.1, math.inf, math.nan):
         with pytest.raises(ValueError, match="delta must be finite and >= 0"):
-            rank_sort_loss(logits, targets, delta=delta)
+            rank_sort_loss(logits, targets, delta=delta, path=ranking_path)
     with pytest.raises(ValueError, match="eps must be > 0"):
-        rank_sort_loss(logits, targets, eps=0.0)
+        rank_sort_loss(logits, targets, eps=0.0, path=ranking_path)
 
 
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
-def test_non_finite_inputs_raise(bad):
+def test_non_finite_inputs_raise(bad, ranking_path):
     logits = torch.randn(6)
     targets = torch.tensor([0.5, 0.0, 0.0, 1.0, -1.0, 0.0])
     bad_logits = logits.clone()
     bad_logits[2] = bad
     with pytest.raises(NonFiniteInputError, match="1 non-finite logits"):
-        rank_sort_loss(bad_logits, targets)
+        rank_sort_loss(bad_logits, targets, path=ranking_path)
     bad_targets = targets.clone()
     bad_targets[4] = bad
     with pytest.raises(NonFiniteInputError, match="1 non-finite targets"):
-        rank_sort_loss(logits, bad_targets)
+        rank_sort_loss(logits, bad_targets, path=ranking_path)
 
 
 @pytest.mark.parametrize("eps", [0.5, 0.49])
-def test_gates_are_strict(eps):
+def test_gates_are_strict(eps, ranking_path):
     """Two tied positives and a tied negative with delta 0.5: N_FP = 0.5 for both positives and
     the sorting pmf's denominator of the better one is H(0) = 0.5. eps = 0.5 closes both gates
     (``N_FP > eps``, ``D > eps``, as the official code); eps = 0.49 opens them."""
     logits = torch.tensor([0.0, 0.0, 0.0], dtype=torch.float64)
     targets = torch.tensor([0.9, 0.5, 0.0], dtype=torch.float64)
-    ranking, sorting, grad = run(logits, targets, 0.5)
+    ranking, sorting, grad = run(logits, targets, 0.5, path=ranking_path)
     expected = rank_sort_loss_loop(logits, targets, 0.5, eps)
     leaf = logits.clone().requires_grad_(True)
-    gated = rank_sort_loss(leaf, targets, 0.5, eps)[0]
+    gated = rank_sort_loss(leaf, targets, 0.5, eps, path=ranking_path)[0]
     (gated_grad,) = torch.autograd.grad(gated, [leaf])
     assert_relative(gated_grad, expected[2], 1e-12)
     assert torch.all(gated_grad == 0) == (eps == 0.5)

@@ -11,22 +11,21 @@ from .loop_reference import alrp_loss_loop, ap_loss_loop, cached_reference
 from .ranking_cases import DEVICES, TOLERANCE, assert_relative, random_case
 
 
-def run_alrp(logits, labels, errors, delta):
+def run_alrp(logits, labels, errors, delta, path: str):
     logits = logits.clone().requires_grad_(True)
     errors = errors.clone().requires_grad_(True)
-    loss_cls, loss_loc = alrp_loss(logits, labels, errors, delta=delta)
+    loss_cls, loss_loc = alrp_loss(logits, labels, errors, delta=delta, path=path)
     # Independent backward passes: loss_cls drives the logits, loss_loc the errors.
     grad_logits, grad_errors = torch.autograd.grad(loss_cls + loss_loc, [logits, errors])
     return loss_cls, loss_loc, grad_logits, grad_errors
 
 
-@pytest.mark.usefixtures("ranking_path")
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("seed", range(40))
-def test_alrp_matches_loop_reference(seed, dtype, device):
+def test_alrp_matches_loop_reference(seed, dtype, device, ranking_path):
     logits, labels, errors, delta = random_case(seed, dtype, device)
-    loss_cls, loss_loc, grad_logits, grad_errors = run_alrp(logits, labels, errors, delta)
+    loss_cls, loss_loc, grad_logits, grad_errors = run_alrp(logits, labels, errors, delta, path=ranking_path)
     ref_cls, ref_loc, ref_grad_logits, ref_grad_errors = cached_reference(
         ("alrp", seed, dtype), lambda: alrp_loss_loop(logits.cpu(), labels.cpu(), errors.cpu(), delta)
     )
@@ -38,14 +37,13 @@ def test_alrp_matches_loop_reference(seed, dtype, device):
     assert_relative(grad_errors, ref_grad_errors, rtol)
 
 
-@pytest.mark.usefixtures("ranking_path")
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("seed", range(40))
-def test_ap_matches_loop_reference(seed, dtype, device):
+def test_ap_matches_loop_reference(seed, dtype, device, ranking_path):
     logits, labels, _, delta = random_case(seed, dtype, device)
     logits = logits.clone().requires_grad_(True)
-    loss = ap_loss(logits, labels, delta=delta)
+    loss = ap_loss(logits, labels, delta=delta, path=ranking_path)
     (grad,) = torch.autograd.grad(loss, [logits])
     ref_loss, ref_grad = cached_reference(
         ("ap", seed, dtype), lambda: ap_loss_loop(logits.detach().cpu(), labels.cpu(), delta)
@@ -54,13 +52,12 @@ def test_ap_matches_loop_reference(seed, dtype, device):
     assert_relative(grad, ref_grad, TOLERANCE[dtype])
 
 
-@pytest.mark.usefixtures("ranking_path")
 @pytest.mark.parametrize("delta", [1.0, 0.25])
-def test_single_positive_and_scores_equal_to_negatives(delta):
+def test_single_positive_and_scores_equal_to_negatives(delta, ranking_path):
     logits = torch.tensor([0.0, 0.0, 0.0, 0.3, -0.3, 5.0, -5.0], dtype=torch.float64)
     labels = torch.tensor([1, 0, 0, 0, 0, -1, 0])
     errors = torch.tensor([0.4], dtype=torch.float64)
-    loss_cls, loss_loc, grad_logits, grad_errors = run_alrp(logits, labels, errors, delta)
+    loss_cls, loss_loc, grad_logits, grad_errors = run_alrp(logits, labels, errors, delta, path=ranking_path)
     ref = alrp_loss_loop(logits, labels, errors, delta)
     for actual, expected in zip((loss_cls, loss_loc, grad_logits, grad_errors), ref):
         assert_relative(actual, expected, 1e-12)
@@ -68,32 +65,30 @@ def test_single_positive_and_scores_equal_to_negatives(delta):
     assert grad_logits[5] == 0 and grad_logits[6] == 0
 
 
-@pytest.mark.usefixtures("ranking_path")
-def test_ignored_entries_do_not_change_anything():
+def test_ignored_entries_do_not_change_anything(ranking_path):
     logits, labels, errors, delta = random_case(7, torch.float64, "cpu")
     extended_logits = torch.cat([logits, torch.tensor([100.0, -100.0, 0.0], dtype=torch.float64)])
     extended_labels = torch.cat([labels, torch.tensor([-1, -1, -1])])
-    base = run_alrp(logits, labels, errors, delta)
-    extended = run_alrp(extended_logits, extended_labels, errors, delta)
+    base = run_alrp(logits, labels, errors, delta, path=ranking_path)
+    extended = run_alrp(extended_logits, extended_labels, errors, delta, path=ranking_path)
     for a, b in zip(base[:2], extended[:2]):
         assert_relative(b, a, 1e-12)
     assert_relative(extended[2][: logits.numel()], base[2], 1e-12)
     assert torch.all(extended[2][logits.numel() :] == 0)
 
 
-@pytest.mark.usefixtures("ranking_path")
 @pytest.mark.parametrize("seed", range(10))
-def test_theorem_2_balanced_gradients(seed):
+def test_theorem_2_balanced_gradients(seed, ranking_path):
     """Summed |gradient| over positives equals that over negatives (Theorem 2)."""
     logits, labels, errors, delta = random_case(seed, torch.float64, "cpu")
     for loss_fn in ("alrp", "ap"):
         leaf = logits.clone().requires_grad_(True)
         if loss_fn == "alrp":
-            terms = alrp_loss_terms(leaf, labels, errors, delta=delta)
+            terms = alrp_loss_terms(leaf, labels, errors, delta=delta, path=ranking_path)
             loss = terms.loss_cls
             reported = (terms.positive_gradient_magnitude, terms.negative_gradient_magnitude)
         else:
-            terms = ap_loss_terms(leaf, labels, delta=delta)
+            terms = ap_loss_terms(leaf, labels, delta=delta, path=ranking_path)
             loss = terms.loss
             reported = (terms.positive_gradient_magnitude, terms.negative_gradient_magnitude)
         (grad,) = torch.autograd.grad(loss, [leaf])
@@ -116,26 +111,24 @@ TOY_IOUS = {
 }
 
 
-@pytest.mark.usefixtures("ranking_path")
 @pytest.mark.parametrize("output", sorted(TOY_IOUS))
-def test_paper_toy_example(output):
+def test_paper_toy_example(output, ranking_path):
     scores = torch.arange(10, 0, -1, dtype=torch.float64)
     ious, expected_alrp = TOY_IOUS[output]
     errors = (1.0 - torch.tensor(ious, dtype=torch.float64)) / 0.5
-    loss_cls, loss_loc = alrp_loss(scores, TOY_LABELS, errors, delta=1e-3)
+    loss_cls, loss_loc = alrp_loss(scores, TOY_LABELS, errors, delta=1e-3, path=ranking_path)
     assert round((loss_cls + loss_loc).item(), 2) == expected_alrp
-    assert round(ap_loss(scores, TOY_LABELS, delta=1e-3).item(), 2) == 0.36
+    assert round(ap_loss(scores, TOY_LABELS, delta=1e-3, path=ranking_path).item(), 2) == 0.36
     assert round(loss_cls.item(), 2) == 0.36  # the classification component equals AP Loss
 
 
-@pytest.mark.usefixtures("ranking_path")
-def test_no_positive_gives_connected_zero():
+def test_no_positive_gives_connected_zero(ranking_path):
     logits = torch.randn(50, requires_grad=True)
     labels = torch.zeros(50, dtype=torch.long)
     errors = torch.zeros(0, requires_grad=True)
-    loss_cls, loss_loc = alrp_loss(logits, labels, errors)
+    loss_cls, loss_loc = alrp_loss(logits, labels, errors, path=ranking_path)
     assert loss_cls.item() == 0 and loss_loc.item() == 0
-    (loss_cls + loss_loc + ap_loss(logits, labels)).backward()
+    (loss_cls + loss_loc + ap_loss(logits, labels, path=ranking_path)).backward()
     assert torch.all(logits.grad == 0) and errors.grad.shape == (0,)
 
 
@@ -146,12 +139,11 @@ def test_empty_input_gives_connected_zero():
     assert loss.item() == 0 and logits.grad.shape == (0,)
 
 
-@pytest.mark.usefixtures("ranking_path")
-def test_perfect_ranking_gives_zero_classification_gradient():
+def test_perfect_ranking_gives_zero_classification_gradient(ranking_path):
     logits = torch.tensor([5.0, 4.0, 3.5, -1.0, -2.0, 0.9], dtype=torch.float64, requires_grad=True)
     labels = torch.tensor([1, 1, 1, 0, 0, 0])
     errors = torch.tensor([0.3, 0.9, 0.1], dtype=torch.float64, requires_grad=True)
-    loss_cls, loss_loc = alrp_loss(logits, labels, errors)
+    loss_cls, loss_loc = alrp_loss(logits, labels, errors, path=ranking_path)
     (loss_cls + loss_loc).backward()
     assert loss_cls.item() == 0
     assert torch.all(logits.grad == 0)
@@ -187,25 +179,23 @@ def test_invalid_inputs_raise():
         alrp_loss(logits, labels, torch.ones(2), eps=-1.0)
 
 
-@pytest.mark.usefixtures("ranking_path")
-def test_false_positives_below_eps_give_no_gradient():
+def test_false_positives_below_eps_give_no_gradient(ranking_path):
     # The only negative sits just inside the band of the positive: N_FP = 1e-7 < eps.
     delta = 1.0
     logits = torch.tensor([0.0, -delta + 2e-7], dtype=torch.float64, requires_grad=True)
     labels = torch.tensor([1, 0])
-    loss_cls, _ = alrp_loss(logits, labels, torch.tensor([0.5], dtype=torch.float64))
+    loss_cls, _ = alrp_loss(logits, labels, torch.tensor([0.5], dtype=torch.float64), path=ranking_path)
     loss_cls.backward()
     assert torch.all(logits.grad == 0)
     assert 0 < loss_cls.item() < 1e-6
 
 
-@pytest.mark.usefixtures("ranking_path")
-def test_autocast_computes_in_float32():
+def test_autocast_computes_in_float32(ranking_path):
     logits, labels, errors, delta = random_case(11, torch.float32, "cpu")
     half_logits = logits.bfloat16().requires_grad_(True)
     errors = errors.requires_grad_(True)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        loss_cls, loss_loc = alrp_loss(half_logits, labels, errors, delta=delta)
+        loss_cls, loss_loc = alrp_loss(half_logits, labels, errors, delta=delta, path=ranking_path)
     assert loss_cls.dtype == torch.float32 and loss_loc.dtype == torch.float32
     ref_cls, ref_loc, ref_grad, _ = alrp_loss_loop(half_logits.float(), labels, errors, delta)
     assert_relative(loss_cls, ref_cls, 1e-5)
@@ -258,15 +248,14 @@ def test_loc_error_degenerate_boxes_are_finite(kind):
     assert torch.all((error >= 0) & (error <= 2.0 + 1e-6))
 
 
-@pytest.mark.usefixtures("ranking_path")
-def test_huge_finite_logits_are_accepted():
+def test_huge_finite_logits_are_accepted(ranking_path):
     """Their sum overflows float32, but every logit is finite: no error, no NaN."""
     logits = torch.tensor([3e38, 3e38, -3e38, 1.0], requires_grad=True)
     labels = torch.tensor([0, 0, 0, 0])
-    loss = ap_loss(logits, labels)
+    loss = ap_loss(logits, labels, path=ranking_path)
     loss.backward()
     assert loss.item() == 0 and torch.all(logits.grad == 0)
     labels[3] = 1
-    loss_cls, loss_loc = alrp_loss(logits, labels, torch.tensor([0.5]))
+    loss_cls, loss_loc = alrp_loss(logits, labels, torch.tensor([0.5]), path=ranking_path)
     assert torch.isfinite(loss_cls) and torch.isfinite(loss_loc)
     assert loss_cls.item() == pytest.approx(2 / 3)

@@ -1,4 +1,4 @@
-"""The two paths of the ranking losses (``alrp_d2.losses.ranking_path``): which one a device takes, how to force one,
+"""The two paths of the ranking losses (``alrp_d2.losses.ranking_path``): which one a device takes, how to choose one,
 and the accelerator path's bound on the operations of one forward and backward (each a kernel launch on a GPU),
 counted by the dispatch-mode counter of ``benchmarks/op_count.py``."""
 
@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from alrp_d2.losses.ranking_path import ENVIRONMENT_VARIABLE, forced_path, ranking_path
+from alrp_d2.losses import ap_loss
+from alrp_d2.losses.ranking_path import DensePath, ScanPath, choose_path
 from benchmarks.op_count import count_operations
 
 #: The most operations the dense path may dispatch for one forward and backward at 32,768 logits (one chunk).
@@ -29,26 +30,15 @@ def test_dense_path_operations_do_not_grow_with_the_positives():
     )
 
 
-def test_the_device_chooses_the_path_and_the_override_wins(monkeypatch):
+def test_the_device_chooses_the_path_and_the_argument_wins():
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
-    monkeypatch.delenv(ENVIRONMENT_VARIABLE, raising=False)
-    assert (ranking_path(cpu), ranking_path(cuda)) == ("scan", "dense")
-    monkeypatch.setenv(ENVIRONMENT_VARIABLE, "dense")
-    assert ranking_path(cpu) == "dense"
-    with forced_path("scan"):
-        assert ranking_path(cuda) == "scan"
-        with forced_path("auto"):  # by device, whatever the environment says
-            assert ranking_path(cpu) == "scan"
-        assert ranking_path(cuda) == "scan"
-    assert ranking_path(cuda) == "dense"
+    assert isinstance(choose_path("auto", cpu), ScanPath) and isinstance(choose_path("auto", cuda), DensePath)
+    assert isinstance(choose_path("dense", cpu), DensePath) and isinstance(choose_path("scan", cuda), ScanPath)
+    assert (choose_path("scan", cpu).name, choose_path("dense", cpu).name) == ("scan", "dense")
 
 
-def test_an_unknown_path_is_named(monkeypatch):
-    monkeypatch.setenv(ENVIRONMENT_VARIABLE, "fast")
-    with pytest.raises(
-        ValueError, match=r"ALRP_D2_RANKING_PATH must be one of \('auto', 'scan', 'dense'\), got 'fast'"
-    ):
-        ranking_path(torch.device("cpu"))
-    with pytest.raises(ValueError, match="path must be one of"):
-        with forced_path("gpu"):
-            pass
+def test_an_unknown_path_is_named():
+    with pytest.raises(ValueError, match=r"path must be one of \('auto', 'scan', 'dense'\), got 'fast'"):
+        choose_path("fast", torch.device("cpu"))
+    with pytest.raises(ValueError, match=r"path must be one of .*got 'gpu'"):
+        ap_loss(torch.zeros(3), torch.tensor([1, 0, 0]), path="gpu")

@@ -38,24 +38,23 @@ def ranking_case(seed: int) -> RankingCase:
 
 
 LOSSES = {
-    "rank_sort": lambda case: rank_sort_loss(case.logits, case.targets, 0.5)[0],
-    "rank_sort_unit_step": lambda case: rank_sort_loss(case.logits, case.targets, 0.0)[0],
-    "alrp": lambda case: alrp_loss(case.logits, case.labels, case.loc_errors)[0],
-    "alrp_indexed": lambda case: (
-        alrp_loss_indexed(case.logits, case.positive_index, case.loc_errors, case.labels >= 0).loss_cls
+    "rank_sort": lambda case, path: rank_sort_loss(case.logits, case.targets, 0.5, path=path)[0],
+    "rank_sort_unit_step": lambda case, path: rank_sort_loss(case.logits, case.targets, 0.0, path=path)[0],
+    "alrp": lambda case, path: alrp_loss(case.logits, case.labels, case.loc_errors, path=path)[0],
+    "alrp_indexed": lambda case, path: (
+        alrp_loss_indexed(case.logits, case.positive_index, case.loc_errors, case.labels >= 0, path=path).loss_cls
     ),
-    "ap": lambda case: ap_loss(case.logits, case.labels),
-    "ap_interpolated": lambda case: ap_loss(case.logits, case.labels, interpolated=True),
+    "ap": lambda case, path: ap_loss(case.logits, case.labels, path=path),
+    "ap_interpolated": lambda case, path: ap_loss(case.logits, case.labels, interpolated=True, path=path),
 }
 
 
-@pytest.mark.usefixtures("ranking_path")
 @pytest.mark.parametrize("loss", sorted(LOSSES))
-def test_losses_make_no_thread_splitting_gather(loss):
+def test_losses_make_no_thread_splitting_gather(loss, ranking_path):
     case = ranking_case(0)
     case.logits.requires_grad_(True)
     with OperationCounter() as counter:
-        LOSSES[loss](case).backward()
+        LOSSES[loss](case, ranking_path).backward()
     assert counter.counts[aten.index_select.default] > 0
     assert {str(op): counter.counts[op] for op in THREAD_SPLITTING_GATHERS if counter.counts[op]} == {}
 

@@ -6,9 +6,10 @@ import pytest
 import torch
 
 from alrp_d2.losses import dense_relations
-from alrp_d2.losses.dense_relations import PositiveMatrix
+from alrp_d2.losses.dense_relations import DenseSortingRelations, PositiveMatrix
+from alrp_d2.losses.ranking_path import choose_path
 from alrp_d2.losses.relation_sums import PositiveRanking
-from alrp_d2.losses.sorting_relations import DenseSortingRelations, SortingRelations, TargetOrderTree
+from alrp_d2.losses.sorting_relations import SortingRelations, TargetOrderTree
 
 from .loop_reference import smooth_step
 
@@ -62,14 +63,14 @@ def test_sorting_relations_equal_brute_force(delta, ties, dense, block_entries, 
     torch.testing.assert_close(relations.larger_target_source_sums(weights), (relation * smaller).T @ weights)
 
 
-@pytest.mark.usefixtures("ranking_path")
-def test_unit_step_ranking_equals_brute_force():
+def test_unit_step_ranking_equals_brute_force(ranking_path):
     """The relation sums with delta = 0: H(x) = 1 for x >= 0, so ties count fully, also H(0) of a
     positive with itself (removed from rank^+ = 1 + sum_{k != i} H(x_ik))."""
     gen = torch.Generator().manual_seed(0)
     logits = torch.round(torch.randn(200, generator=gen, dtype=torch.float64) * 2) / 2
     labels = torch.randint(0, 2, (200,), generator=gen)
-    ranking = PositiveRanking.build(logits, torch.nonzero(labels == 1).squeeze(1), labels == 0, 0.0)
+    path = choose_path(ranking_path, logits.device)
+    ranking = PositiveRanking.build(logits, torch.nonzero(labels == 1).squeeze(1), labels == 0, 0.0, path)
     positives = ranking.positive_scores
     offset = logits[labels == 1].min() - positives[0]  # the scan path's shift (0 on the dense path)
     negatives = logits[labels == 0] - offset

@@ -52,7 +52,7 @@ from detectron2.config import CfgNode  # noqa: E402
 from detectron2.data.datasets.builtin_meta import COCO_CATEGORIES  # noqa: E402
 from detectron2.modeling import META_ARCH_REGISTRY  # noqa: E402
 
-from alrp_d2.checkpoint_archive import ArchiveSizeError, check_archive_sizes  # noqa: E402
+from alrp_d2.checkpoint.archive import ArchiveSizeError, check_archive_sizes  # noqa: E402
 from alrp_d2.config import setup_cfg  # noqa: E402
 
 AUTHOR = "kemaloksuz/aLRPLoss (mmdetection 2.1), converted by tools/convert_official_checkpoint.py"

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Dict, Optional
 import torch
 from torch import Tensor
 
-from ..config_check import require_config
+from ..config.checks import require_config
 from ..losses import ap_loss_indexed
 from ..losses.global_ranking import global_mean
 from .arguments import check_choice

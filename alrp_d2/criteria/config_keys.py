@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, NamedTuple
 
-from ..config_check import require_config
-from ..hyperparameter_ranges import delta_problem, tau_problem
+from ..config.checks import require_config
+from ..config.hyperparameter_ranges import delta_problem, tau_problem
 
 if TYPE_CHECKING:
     from detectron2.config import CfgNode
@@ -28,7 +28,7 @@ RPN_KEYS = HeadKeys(delta="RPN_DELTA", tau="RPN_TAU")
 
 def configured_delta(cfg: CfgNode, keys: HeadKeys, *, unit_step: bool = False) -> float:
     """MODEL.ALRP.<keys.delta>, the smoothness of the step function, in the range of
-    :func:`~alrp_d2.hyperparameter_ranges.delta_problem` (0, the unit step, with ``unit_step``)."""
+    :func:`~alrp_d2.config.hyperparameter_ranges.delta_problem` (0, the unit step, with ``unit_step``)."""
     key, delta = f"MODEL.ALRP.{keys.delta}", cfg.MODEL.ALRP[keys.delta]
     problem = delta_problem(delta, unit_step)
     require_config(problem is None, key, delta, f"{problem} with {cfg.MODEL.ALRP.CRITERION}")
@@ -37,7 +37,7 @@ def configured_delta(cfg: CfgNode, keys: HeadKeys, *, unit_step: bool = False) -
 
 def configured_tau(cfg: CfgNode, keys: HeadKeys) -> float:
     """MODEL.ALRP.<keys.tau>, the IoU threshold of E_loc (Sec. 2.2), in the range of
-    :func:`~alrp_d2.hyperparameter_ranges.tau_problem`."""
+    :func:`~alrp_d2.config.hyperparameter_ranges.tau_problem`."""
     key, tau = f"MODEL.ALRP.{keys.tau}", cfg.MODEL.ALRP[keys.tau]
     problem = tau_problem(tau)
     require_config(problem is None, key, tau, str(problem))

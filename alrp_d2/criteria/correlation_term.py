@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any, List, Optional
 import torch
 from torch import Tensor
 
-from ..config_check import require_argument, require_config
-from ..hyperparameter_ranges import weight_problem
+from ..config.checks import require_argument, require_config
+from ..config.hyperparameter_ranges import weight_problem
 from ..losses.correlation_loss import CORRELATION_KINDS, correlation_loss, correlation_loss_per_level
 from ..losses.global_ranking import RankingGroup, exchange_checked
 from ..losses.localisation_error import paired_iou_giou

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Dict
 
 from torch import Tensor
 
-from ..config_check import require_config
+from ..config.checks import require_config
 from ..losses import loc_error
 from ..losses.localisation_error import LOC_ERROR_KINDS
 from .arguments import check_choice, check_delta, check_tau

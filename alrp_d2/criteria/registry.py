@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any, Type
 
 from fvcore.common.registry import Registry
 
-from ..config_check import require_config
+from ..config.checks import require_config
 from .config_keys import HEAD_KEYS, HeadKeys
 from .ranking_criterion import RankingCriterion
 

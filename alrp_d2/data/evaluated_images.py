@@ -10,7 +10,7 @@ from typing import Any
 
 from detectron2.data import DatasetCatalog, MetadataCatalog
 
-from ..config_check import require_integer
+from ..config.checks import require_integer
 
 __all__ = ["first_images_dataset"]
 

@@ -34,7 +34,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from ..checkpoint import LAST_CHECKPOINT, weights_fingerprint
-from ..config_check import require_integer
+from ..config.checks import require_integer
 from ..data import SHAPES_DATASETS, register_shapes_datasets
 from ..data.dataset_classes import DatasetClasses, check_classes, dataset_classes
 from ..data.evaluated_images import first_images_dataset

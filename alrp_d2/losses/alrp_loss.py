@@ -46,6 +46,7 @@ def alrp_loss_indexed(
     delta: float = 1.0,
     eps: float = 1e-5,
     group: Optional[RankingGroup] = None,
+    path: str = "auto",
 ) -> AlrpLossTerms:
     """aLRP Loss over one ranking of all positives and negatives.
 
@@ -77,11 +78,13 @@ def alrp_loss_indexed(
             :mod:`alrp_d2.losses.global_ranking`): every worker returns the global components,
             and its logits and ``loc_errors`` receive their gradients times the world size,
             so that DDP's average is the global gradient. None: this worker's examples.
+        path: the implementation of the ranking statistics, ``"auto"`` (``scan`` on the CPU, ``dense`` on other
+            devices), ``"scan"`` or ``"dense"`` (:mod:`alrp_d2.losses.ranking_path`; the same values either way).
 
     Without positives (of any worker) both components are zeros connected to their inputs' graphs.
     """
     check_hyperparameters(delta, eps)
-    return _alrp_loss(RankingInputs.indexed(logits, positive_index, valid, group), loc_errors, delta, eps)
+    return _alrp_loss(RankingInputs.indexed(logits, positive_index, valid, group, path), loc_errors, delta, eps)
 
 
 def _alrp_loss(inputs: RankingInputs, loc_errors: Tensor, delta: float, eps: float) -> AlrpLossTerms:
@@ -115,18 +118,19 @@ def alrp_loss_terms(
     delta: float = 1.0,
     eps: float = 1e-5,
     group: Optional[RankingGroup] = None,
+    path: str = "auto",
 ) -> AlrpLossTerms:
     """:func:`alrp_loss_indexed` with ``labels`` (M,) 1 positive, 0 negative, -1 ignored, and the
     (P,) ``loc_errors`` of the positives in the order in which they appear in ``logits`` (M,).
     The inputs are validated: shapes, label values, non-finite logits or errors
     (:class:`~alrp_d2.losses.NonFiniteInputError`) and negative errors raise."""
     check_hyperparameters(delta, eps)
-    return _alrp_loss(RankingInputs.labelled(logits, labels, loc_errors, group), loc_errors, delta, eps)
+    return _alrp_loss(RankingInputs.labelled(logits, labels, loc_errors, group, path), loc_errors, delta, eps)
 
 
 def alrp_loss(
-    logits: Tensor, labels: Tensor, loc_errors: Tensor, delta: float = 1.0, eps: float = 1e-5
+    logits: Tensor, labels: Tensor, loc_errors: Tensor, delta: float = 1.0, eps: float = 1e-5, path: str = "auto"
 ) -> Tuple[Tensor, Tensor]:
     """aLRP Loss as ``(loss_cls, loss_loc)``; see :func:`alrp_loss_terms`."""
-    terms = alrp_loss_terms(logits, labels, loc_errors, delta, eps)
+    terms = alrp_loss_terms(logits, labels, loc_errors, delta, eps, path=path)
     return terms.loss_cls, terms.loss_loc

@@ -44,6 +44,7 @@ def ap_loss_indexed(
     eps: Optional[float] = 1e-5,
     group: Optional[RankingGroup] = None,
     interpolated: bool = False,
+    path: str = "auto",
 ) -> RankingLossOutput:
     """AP Loss with target ``l*(i) = 0`` ("Deriving AP Loss", Sec. 3) and the error-driven gradient
     ``dL/ds_i = -l(i) / |P|``, ``dL/ds_j = sum_i l(i) H(x_ij) / N_FP(i) / |P|``, where
@@ -65,12 +66,15 @@ def ap_loss_indexed(
         group: rank the examples of all workers of this group as one ranking (see
             :mod:`alrp_d2.losses.global_ranking`; logit gradients times the world size).
         interpolated: interpolate the precision as the official APLoss.
+        path: the implementation of the ranking statistics, ``"auto"`` (``scan`` on the CPU, ``dense`` on other
+            devices), ``"scan"`` or ``"dense"`` (:mod:`alrp_d2.losses.ranking_path`; the same values either way).
 
     Returns:
         The loss with the error-driven gradient and the summed gradient magnitudes of the
         positives and negatives. Without positives the loss is a zero connected to ``logits``.
     """
-    return _ap_loss(RankingInputs.indexed(logits, positive_index, valid, group), delta, _gate(delta, eps), interpolated)
+    inputs = RankingInputs.indexed(logits, positive_index, valid, group, path)
+    return _ap_loss(inputs, delta, _gate(delta, eps), interpolated)
 
 
 def _gate(delta: float, eps: Optional[float]) -> float:
@@ -100,16 +104,22 @@ def ap_loss_terms(
     eps: Optional[float] = 1e-5,
     group: Optional[RankingGroup] = None,
     interpolated: bool = False,
+    path: str = "auto",
 ) -> RankingLossOutput:
     """:func:`ap_loss_indexed` with ``labels`` (M,) 1 positive, 0 negative, -1 ignored for the
     (M,) ``logits``; the inputs are validated (shapes, label values, non-finite logits raise)."""
     gate = _gate(delta, eps)
-    return _ap_loss(RankingInputs.labelled(logits, labels, None, group), delta, gate, interpolated)
+    return _ap_loss(RankingInputs.labelled(logits, labels, None, group, path), delta, gate, interpolated)
 
 
 def ap_loss(
-    logits: Tensor, labels: Tensor, delta: float = 1.0, eps: Optional[float] = 1e-5, interpolated: bool = False
+    logits: Tensor,
+    labels: Tensor,
+    delta: float = 1.0,
+    eps: Optional[float] = 1e-5,
+    interpolated: bool = False,
+    path: str = "auto",
 ) -> Tensor:
     """AP Loss, ``1 - AP_50`` over the ranking of all positives and negatives (Eq. 1); see
     :func:`ap_loss_terms`."""
-    return ap_loss_terms(logits, labels, delta, eps, interpolated=interpolated).loss
+    return ap_loss_terms(logits, labels, delta, eps, interpolated=interpolated, path=path).loss

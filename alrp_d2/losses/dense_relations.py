@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["BLOCK_ENTRIES", "DenseEdges", "PositiveMatrix"]
+__all__ = ["BLOCK_ENTRIES", "DenseEdges", "DenseSortingRelations", "PositiveMatrix"]
 
 #: Entries of one block of rows of a P x P relation matrix (float64: 128 MiB).
 BLOCK_ENTRIES = 1 << 24
@@ -97,7 +97,7 @@ def _mixing(delta: float, device: torch.device) -> Tensor:
 
 
 class StepEdges:
-    """What the band edges of both paths (:class:`DenseEdges`, :class:`~alrp_d2.losses.relation_sums.BandEdges`)
+    """What the band edges of both paths (:class:`DenseEdges`, :class:`~alrp_d2.losses.band_edges.BandEdges`)
     derive from their ``delta`` (the smoothness of H, App. E Eq. 14) and their 2P ``edges``."""
 
     delta: float
@@ -117,10 +117,54 @@ class StepEdges:
         return 1.0 if self.unit_step else 0.5
 
 
+class DenseSortingRelations:
+    """The sums of :class:`alrp_d2.losses.sorting_relations.SortingRelations` from the P x P blocks of
+    ``H(s_k - s_i)`` (rows ``i``) masked by ``t_k < t_i`` (the ``dense`` path). A single block (up to 4,096
+    positives) is kept from :meth:`target_split_sums` for :meth:`larger_target_source_sums`, which is called after it
+    with weights that depend on it; several blocks are built again.
+
+    Attributes:
+        matrix: the relations among the positives, sorted by score.
+        targets: (P,) their targets (float64).
+    """
+
+    def __init__(self, matrix: PositiveMatrix, targets: Tensor):
+        self.matrix = matrix
+        self.targets = targets
+        self._kept: Optional[Tensor] = None
+
+    def _smaller_target_rows(self, start: int, end: int, block: Tensor) -> Tensor:
+        """The rows ``[start, end)`` of ``H(s_k - s_i) [t_k < t_i]`` from ``block``, their rows of ``H``."""
+        return torch.where(self.targets[None, :] < self.targets[start:end, None], block, 0.0)
+
+    def target_split_sums(self, weights: Tensor) -> Tuple[Tensor, Tensor]:
+        """(P, K) ``sum_{k: t_k >= t_i} u_k H(s_k - s_i)`` (``k = i`` included) and (P, K)
+        ``sum_{k: t_k < t_i} u_k H(s_k - s_i)`` for every positive ``i`` and every column ``u`` of ``weights``."""
+        at_least, smaller = weights.new_empty(2, self.matrix.num, weights.shape[1])
+        single_block = True
+        for start, end, block in self.matrix.blocks():
+            smaller_rows = self._smaller_target_rows(start, end, block)
+            torch.mm(smaller_rows, weights, out=smaller[start:end])
+            torch.mm(block.sub_(smaller_rows), weights, out=at_least[start:end])  # H - H [t_k < t_i], exactly
+            single_block = single_block and start == 0 and end == self.matrix.num
+            self._kept = smaller_rows if single_block else None
+        return at_least, smaller
+
+    def larger_target_source_sums(self, weights: Tensor) -> Tensor:
+        """(P, K): ``sum_{i: t_i > t_k} w_i H(s_k - s_i)`` for every positive ``k`` and every column ``w`` of
+        ``weights`` (P, K): the transposed product."""
+        if self._kept is not None:
+            return torch.mm(self._kept.T, weights)
+        result = weights.new_zeros(self.matrix.num, weights.shape[1])
+        for start, end, block in self.matrix.blocks():
+            result.addmm_(self._smaller_target_rows(start, end, block).T, weights[start:end])
+        return result
+
+
 @dataclass(frozen=True)
 class DenseEdges(StepEdges):
     """The 2P band edges of the sorted positive scores, ties kept, and where the positives and the gaps stand
-    among them (module docstring); the interface of :class:`alrp_d2.losses.relation_sums.BandEdges`, on the
+    among them (module docstring); the interface of :class:`alrp_d2.losses.band_edges.BandEdges`, on the
     logits' own scale (no shift).
 
     Attributes:
@@ -184,3 +228,7 @@ class DenseEdges(StepEdges):
         if self.unit_step:
             return at_ends[:, self.num_gaps :]
         return torch.mm(_mixing(self.delta, prefix.device), at_ends.view(4, -1))
+
+    def sorting_relations(self, targets: Tensor) -> DenseSortingRelations:
+        """The relations of these positives by target and by score (P x P blocks), for the (P,) float64 targets."""
+        return DenseSortingRelations(self.matrix, targets)

@@ -30,7 +30,7 @@ float64; a NaN value lands in cell 0, an infinite one in the first or last cell.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -96,11 +96,11 @@ class GapLookup:
     inclusive: bool
 
     @staticmethod
-    def build(edges: Tensor, offset: Optional[Tensor], dtype: torch.dtype, inclusive: bool) -> GapLookup:
+    def build(edges: Tensor, offset: Tensor, dtype: torch.dtype, inclusive: bool) -> GapLookup:
         """``edges``: (E,) float64 ascending, ``+inf`` after the last real edge (at least one real edge);
-        ``offset``: None or a 0-d float64 added to them; ``dtype``: the values' dtype."""
+        ``offset``: a 0-d float64 added to them; ``dtype``: the values' dtype."""
         compute = torch.promote_types(dtype, torch.float32)
-        shifted = edges if offset is None else edges + offset
+        shifted = edges + offset
         rounded = (shifted if dtype == torch.float64 else round_to_dtype(shifted, dtype, inclusive)).to(compute)
         real = ~torch.isinf(edges)
         real[0] = True

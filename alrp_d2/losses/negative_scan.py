@@ -21,17 +21,15 @@ dense path's int32, as ``searchsorted`` writes and ``index_select`` reads it).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator, NamedTuple, Optional, Tuple
+from typing import Iterator, NamedTuple, Optional, Tuple
 
 import torch
 from torch import Tensor
 
+from .band_edges import BandEdges
+from .dense_relations import DenseEdges
 from .gap_lookup import LookupBuffers
 from .serial_indexing import take_rows
-
-if TYPE_CHECKING:
-    from .dense_relations import DenseEdges
-    from .relation_sums import BandEdges
 
 __all__ = ["CHUNK", "DENSE_CHUNK", "DenseNegatives", "ScanNegatives", "ScanWorkspace"]
 

@@ -30,7 +30,7 @@ relation sums in O(N + P log P), ``A, B, D, E`` and the positives' sorting gradi
 from __future__ import annotations
 
 import math
-from typing import NamedTuple, Optional, Tuple, Union
+from typing import NamedTuple, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -38,10 +38,10 @@ from torch import Tensor
 from .error_driven import ErrorDrivenRankingLoss, check_hyperparameters, nan_unless_finite, output_dtype
 from .global_ranking import RankingGroup
 from .ranking_inputs import RankingInputs
+from .ranking_path import SortingSums
 from .ranking_statistics import RankingStatistics
 from .relation_sums import PositiveRanking
 from .serial_indexing import take_rows
-from .sorting_relations import DenseSortingRelations, SortingRelations, sorting_relations
 
 __all__ = [
     "RankSortLossTerms",
@@ -79,6 +79,7 @@ def rank_sort_loss_indexed(
     delta: float = 0.5,
     eps: float = 1e-10,
     group: Optional[RankingGroup] = None,
+    path: str = "auto",
 ) -> RankSortLossTerms:
     """RS Loss over one ranking of all positives and negatives (module docstring), from the
     positives' indices as :func:`alrp_d2.losses.alrp_loss_indexed` takes them. The inputs are not
@@ -95,11 +96,14 @@ def rank_sort_loss_indexed(
         group: rank the examples of all workers of this group as one ranking (see
             :mod:`alrp_d2.losses.global_ranking`): every worker returns the global losses, and its
             logits receive their gradient times the world size. None: this worker's examples.
+        path: the implementation of the ranking statistics, ``"auto"`` (``scan`` on the CPU, ``dense`` on other
+            devices), ``"scan"`` or ``"dense"`` (:mod:`alrp_d2.losses.ranking_path`; the same values either way).
 
     Without positives (of any worker) both losses are zeros connected to ``logits``.
     """
     check_hyperparameters(delta, eps, unit_step=True)
-    return _rank_sort_loss(RankingInputs.indexed(logits, positive_index, valid, group), positive_targets, delta, eps)
+    inputs = RankingInputs.indexed(logits, positive_index, valid, group, path)
+    return _rank_sort_loss(inputs, positive_targets, delta, eps)
 
 
 def _rank_sort_loss(inputs: RankingInputs, positive_targets: Tensor, delta: float, eps: float) -> RankSortLossTerms:
@@ -111,7 +115,7 @@ def _rank_sort_loss(inputs: RankingInputs, positive_targets: Tensor, delta: floa
 
     def from_ranking(ranking: PositiveRanking) -> RankSortLossTerms:
         sorted_targets = ranking.sorted_positive_values(positive_targets).double()
-        relations = sorting_relations(ranking, sorted_targets)
+        relations = ranking.edges.sorting_relations(sorted_targets)
         ranking_errors, sorting_errors, sorting_grad = _errors_and_sorting_update(ranking, relations, eps)
         # ErrorDrivenRankingLoss gates with N_FP >= gate: the next float above eps makes it N_FP > eps.
         gate = math.nextafter(eps, math.inf)
@@ -132,18 +136,19 @@ def rank_sort_loss_terms(
     delta: float = 0.5,
     eps: float = 1e-10,
     group: Optional[RankingGroup] = None,
+    path: str = "auto",
 ) -> RankSortLossTerms:
     """:func:`rank_sort_loss_indexed` with ``targets`` (M,), the continuous label of each entry of
     the (M,) ``logits``: in (0, 1] (e.g. IoU) for a positive, 0 for a negative, < 0 for an ignored
     entry. The inputs are validated: shapes, dtypes, NaN or infinite logits or targets, targets > 1
     raise, naming what is wrong."""
     check_hyperparameters(delta, eps, unit_step=True)
-    inputs = RankingInputs.targeted(logits, targets, group)
+    inputs = RankingInputs.targeted(logits, targets, group, path)
     return _rank_sort_loss(inputs, take_rows(targets.detach().reshape(-1), inputs.positive_index), delta, eps)
 
 
 def _errors_and_sorting_update(
-    ranking: PositiveRanking, relations: Union[SortingRelations, DenseSortingRelations], eps: float
+    ranking: PositiveRanking, relations: SortingSums, eps: float
 ) -> Tuple[Tensor, Tensor, Tensor]:
     """``l_R``, ``l_S`` and the sorting update of every sorted positive: ``-l_S(i)`` where
     ``D(i) > eps``, plus the share ``l_S(i) H(x_ik) / D(i)`` of every ``i`` with ``t_i > t_k``, over |P|."""
@@ -165,7 +170,9 @@ def _errors_and_sorting_update(
     return ranking_errors, sorting_errors, sorting_update
 
 
-def rank_sort_loss(logits: Tensor, targets: Tensor, delta: float = 0.5, eps: float = 1e-10) -> Tuple[Tensor, Tensor]:
+def rank_sort_loss(
+    logits: Tensor, targets: Tensor, delta: float = 0.5, eps: float = 1e-10, path: str = "auto"
+) -> Tuple[Tensor, Tensor]:
     """RS Loss as ``(ranking_loss, sorting_loss)``; see :func:`rank_sort_loss_terms`."""
-    terms = rank_sort_loss_terms(logits, targets, delta, eps)
+    terms = rank_sort_loss_terms(logits, targets, delta, eps, path=path)
     return terms.ranking_loss, terms.sorting_loss

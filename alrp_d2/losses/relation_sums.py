@@ -24,11 +24,12 @@ flat logits that are neither positive nor ignored; they find their gaps in chunk
 (:mod:`alrp_d2.losses.negative_scan`), one pass in the forward (the gap totals) and one in the backward
 (the gradient, written once).
 
-This module holds the ``scan`` path's edges (:class:`BandEdges`: distinct edges, per-gap prefix ends,
-scatter-adds over the gaps: the least work, in many small operations) and the ranking both paths share
-(:class:`PositiveRanking`); the ``dense`` path of :mod:`alrp_d2.losses.ranking_path` builds
-:class:`alrp_d2.losses.dense_relations.DenseEdges` instead (the same sums in a few large operations, P x P
-blocks among the positives: O(N log P + P^2) work), chosen per call by the logits' device.
+This module holds the ranking both paths share (:class:`PositiveRanking`); the path it takes
+(:class:`alrp_d2.losses.ranking_path.RankingPath`, chosen by the losses' ``path`` argument) builds the edges: the
+``scan`` path's :class:`alrp_d2.losses.band_edges.BandEdges` (distinct edges, per-gap prefix ends, scatter-adds over
+the gaps: the least work, in many small operations) or the ``dense`` path's
+:class:`alrp_d2.losses.dense_relations.DenseEdges` (the same sums in a few large operations, P x P blocks among the
+positives: O(N log P + P^2) work).
 
 The gap totals are additive over disjoint sets of sources: a global ranking over several workers
 (:mod:`alrp_d2.losses.global_ranking`) builds the same edges from the gathered positives on every
@@ -38,172 +39,20 @@ worker and sums the workers' gap totals of their negatives (O(P) floats).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Optional
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .dense_relations import DenseEdges, StepEdges
-from .gap_lookup import GapLookup
-from .negative_scan import DenseNegatives, ScanNegatives
-from .ranking_path import ranking_path
+from .ranking_path import RankingEdges, RankingNegatives, RankingPath
 from .serial_indexing import take_rows
+from .sorted_positives import SortedPositives
 
 if TYPE_CHECKING:
     from .global_ranking import PositiveExchange
 
-__all__ = ["BandEdges", "Coefficients", "PositiveRanking"]
-
-#: (2, num_gaps) float64, the rows ``A`` and ``B`` with ``sum_i w_i H(v - q_i) = A[gap] + B[gap] v`` for a source
-#: ``v`` on the positives' scale; (1, num_gaps), ``A`` alone, for the unit step (H is 1 above, 0 below, no band).
-Coefficients = Tensor
-
-
-def _exclusive_cumsum(x: Tensor) -> Tensor:
-    """``out[k] = sum(x[:k])``, of length ``len(x) + 1``."""
-    return torch.cat([x.new_zeros(1), torch.cumsum(x, 0)])
-
-
-@dataclass(frozen=True)
-class BandEdges(StepEdges):
-    """The distinct sorted band edges ``q_i -/+ delta`` of the sorted positive scores ``q``.
-
-    A source in gap ``g`` (``g`` distinct edges below it; at or below it for the unit step) lies fully
-    above the positives ``[0, above_end[g])`` and inside the band of the positives
-    ``[above_end[g], band_end[g])``.
-
-    Attributes:
-        delta: smoothness of H (0: the unit step).
-        scores: (P,) the sorted positive scores (float64); positive_gap: (P,) the gap of each.
-        edges: (2P,) float64, the distinct edges ascending, then ``+inf``.
-        above_end, band_end: (2P + 1,) int64, per gap.
-    """
-
-    delta: float
-    scores: Tensor
-    positive_gap: Tensor
-    edges: Tensor
-    above_end: Tensor
-    band_end: Tensor
-
-    @staticmethod
-    def of(sorted_scores: Tensor, delta: float) -> BandEdges:
-        """The edges of the (P,) ascending float64 scores: sorted, tied edges merged into one (a gap between
-        them holds nothing), each distinct edge counting the upper and lower edges it stands for."""
-        num = len(sorted_scores)
-        raw, order = torch.sort(torch.cat([sorted_scores + delta, sorted_scores - delta]))
-        is_upper = order < num
-        starts_run = torch.ones_like(is_upper)
-        starts_run[1:] = raw[1:] != raw[:-1]
-        slot = torch.cumsum(starts_run, 0) - 1  # the distinct edge of every edge
-        edges = raw.new_full((2 * num,), torch.inf).scatter_reduce_(0, slot, raw, "amax", include_self=False)
-        counts = torch.zeros(2, 2 * num + 1, dtype=torch.long, device=raw.device)
-        for row, edge_kind in zip(counts, (is_upper, ~is_upper)):
-            row.index_add_(0, slot + 1, edge_kind.long())
-        above_end, band_end = torch.cumsum(counts, 1)
-        positive_gap = torch.searchsorted(edges, sorted_scores, right=delta == 0)
-        return BandEdges(delta, sorted_scores, positive_gap, edges, above_end, band_end)
-
-    def lookup(self, offset: Tensor, dtype: torch.dtype) -> GapLookup:
-        """The grid that finds the gap of a value of ``dtype`` minus ``offset`` (0-d float64) in O(1)."""
-        return GapLookup.build(self.edges, offset, dtype, inclusive=self.unit_step)
-
-    def gap_totals(self, values: Tensor, gaps: Tensor, weights: Optional[Tensor] = None) -> Tensor:
-        """(2, num_gaps) float64: every gap's sum of the float64 sources' weights ``u`` (``None``: all
-        1, a count) and of ``u * v``."""
-        weight = torch.ones_like(values) if weights is None else weights
-        totals = values.new_zeros(2, self.num_gaps)
-        totals[0].index_add_(0, gaps, weight)
-        totals[1].index_add_(0, gaps, values * weight)
-        return totals
-
-    def sum_from_gap_totals(self, totals: Tensor) -> Tensor:
-        """``sum_j u_j H(v_j - q_i)`` for every sorted positive ``q_i`` from the sources'
-        gap totals: per-gap sums scattered to where the gaps' prefixes end."""
-        queries, gap_weight = self.scores, totals[0]
-        num = queries.numel()
-        above = queries.new_zeros(num + 1).index_add_(0, self.above_end, gap_weight)
-        # Sources above query i: gaps whose above-prefix ends after i (a suffix sum).
-        above = torch.flip(torch.cumsum(torch.flip(above, [0]), 0), [0])[1:]
-        if self.unit_step:
-            return above
-        inv_two_delta = 0.5 / self.delta
-        gap_constant = totals[1] * inv_two_delta + 0.5 * gap_weight
-        band = queries.new_zeros(2, num + 1)
-        for row, value in enumerate((gap_constant, gap_weight)):
-            band[row].index_add_(0, self.above_end, value).index_add_(0, self.band_end, -value)
-        band = torch.cumsum(band, 1)[:, :-1]
-        return above + band[0] - band[1] * queries * inv_two_delta
-
-    def positive_sums(self, weights: Optional[Tensor] = None) -> Tensor:
-        """``sum_k w_k H(q_k - q_i)`` for every sorted positive ``i`` (``k = i`` included; ``None``: all 1)."""
-        return self.sum_from_gap_totals(self.gap_totals(self.scores, self.positive_gap, weights))
-
-    def coefficients(self, weights: Tensor) -> Coefficients:
-        """The :data:`Coefficients` of ``sum_i w_i H(v - q_i)`` for the (P,) float64 weights."""
-        prefix = _exclusive_cumsum(weights)
-        above = take_rows(prefix, self.above_end)
-        if self.unit_step:
-            return above[None]
-        inv_two_delta = 0.5 / self.delta
-        prefix_weighted = _exclusive_cumsum(weights * self.scores)
-        band_weight = take_rows(prefix, self.band_end) - above
-        band_weighted_query = take_rows(prefix_weighted, self.band_end) - take_rows(prefix_weighted, self.above_end)
-        intercept = above + 0.5 * band_weight - band_weighted_query * inv_two_delta
-        return torch.stack([intercept, band_weight * inv_two_delta])
-
-
-class SortedPositives(NamedTuple):
-    """The positives of one ranking sorted by score (of all workers in a global ranking); attributes as those of
-    :class:`PositiveRanking` (``flat_index`` is its ``positive_index``), ``scores`` shifted by ``offset`` (the
-    smallest score, 0-d float64) where asked to, else as they are (``offset`` None)."""
-
-    flat_index: Tensor
-    order: Tensor
-    scores: Tensor
-    offset: Optional[Tensor]
-    local_slot: Optional[Tensor]
-    gathered_values: Optional[Tensor]
-
-    @staticmethod
-    def of(
-        flat: Tensor,
-        positive_index: Tensor,
-        exchange: Optional[PositiveExchange],
-        positive_values: Optional[Tensor],
-        shift: bool,
-    ) -> SortedPositives:
-        """Gathers the scores (with the ``positive_values`` in a global ranking) and sorts them."""
-        scores = take_rows(flat, positive_index).double()
-        local_slot = gathered_values = None
-        if exchange is not None:
-            columns = [scores] if positive_values is None else [scores, positive_values.detach().double()]
-            gathered = exchange.gather(torch.stack(columns, 1))
-            scores = gathered[:, 0]
-            gathered_values = None if positive_values is None else gathered[:, 1]
-        sorted_scores, order = torch.sort(scores)
-        if exchange is None:
-            positive_index = take_rows(positive_index, order)
-        else:
-            slot = torch.empty_like(order).scatter_(0, order, torch.arange(len(order), device=order.device))
-            local_slot = slot[exchange.local_start : exchange.local_start + exchange.num_local]
-        if not shift:
-            return SortedPositives(positive_index, order, sorted_scores, None, local_slot, gathered_values)
-        offset = sorted_scores[0]
-        return SortedPositives(positive_index, order, sorted_scores - offset, offset, local_slot, gathered_values)
-
-    def relate(
-        self, flat: Tensor, valid: Optional[Tensor], delta: float
-    ) -> Tuple[Union[BandEdges, DenseEdges], Union[ScanNegatives, DenseNegatives], Tensor]:
-        """The band edges, the negatives of the (M,) flat logits and their (2, num_gaps) gap totals: on the
-        ``dense`` path when the scores are not shifted, else on the ``scan`` path."""
-        if self.offset is None:
-            edges = DenseEdges.of(self.scores, delta)
-            local_scores = self.scores if self.local_slot is None else take_rows(self.scores, self.local_slot)
-            return (edges, *DenseNegatives.scan(flat, valid, self.flat_index, local_scores, edges))
-        band_edges = BandEdges.of(self.scores, delta)
-        return (band_edges, *ScanNegatives.scan(flat, valid, self.flat_index, self.offset, band_edges))
+__all__ = ["PositiveRanking"]
 
 
 @dataclass(frozen=True)
@@ -226,11 +75,11 @@ class PositiveRanking:
         positive_order: (P,) position of each sorted positive among the positives in the
             order given to :meth:`build` (to gather per-positive inputs such as E_loc); in a
             global ranking, in the concatenation of all workers' positives in worker order.
-        positive_scores: (P,) the sorted scores.
+        positive_scores: (P,) the sorted scores (shifted on the ``scan`` path).
+        path: the implementation that related the positives to each other and to the negatives.
         negatives: this worker's negatives: every entry of the logits that is neither positive
             nor ignored (those below every band edge, App. E line 8, lie in gap 0 and add nothing).
-        edges: the band edges of the positives (:class:`BandEdges` on the ``scan`` path,
-            :class:`~alrp_d2.losses.dense_relations.DenseEdges` on the ``dense`` one).
+        edges: the band edges of the positives (the path's: they also build Rank & Sort Loss's sorting relations).
         negative_totals: (2, num_gaps) the gap totals of the negatives (of all workers in a global
             ranking): their count and sum of shifted scores per gap.
         num_false_positives: (P,) N_FP(i) = sum_{j in N} H(x_ij) (App. E line 24).
@@ -246,8 +95,9 @@ class PositiveRanking:
     positive_index: Tensor
     positive_order: Tensor
     positive_scores: Tensor
-    negatives: Union[ScanNegatives, DenseNegatives]
-    edges: Union[BandEdges, DenseEdges]
+    path: RankingPath
+    negatives: RankingNegatives
+    edges: RankingEdges
     negative_totals: Tensor
     num_false_positives: Tensor
     rank: Tensor
@@ -261,12 +111,13 @@ class PositiveRanking:
         positive_index: Tensor,
         valid: Optional[Tensor],
         delta: float,
+        path: RankingPath,
         exchange: Optional[PositiveExchange] = None,
         positive_values: Optional[Tensor] = None,
     ) -> PositiveRanking:
         """Sorts the positives and relates them to the negatives (one pass over the logits), with one
         host synchronisation on the ``scan`` path (the search steps of the negatives' gap lookup, which depend
-        on the scores) and none on the ``dense`` one (:mod:`alrp_d2.losses.ranking_path`).
+        on the scores) and none on the ``dense`` one.
 
         Args:
             logits: finite scores of any shape and float dtype (M entries); not differentiated.
@@ -276,6 +127,7 @@ class PositiveRanking:
                 ``logits.shape``, False for the ignored examples; positives rank whatever
                 their entry.
             delta: smoothness of H, >= 0 (0: the unit step with H(0) = 1).
+            path: the implementation (:func:`alrp_d2.losses.ranking_path.choose_path`).
             exchange: the communication of a global ranking (see
                 :class:`alrp_d2.losses.ranking_inputs.RankingInputs`); None: this worker's
                 examples only.
@@ -285,12 +137,10 @@ class PositiveRanking:
         """
         logits = logits.detach()
         flat = logits.reshape(-1)
-        dense = ranking_path(flat.device) == "dense"
-        positives = SortedPositives.of(flat, positive_index, exchange, positive_values, shift=not dense)
-        scores = positives.scores
+        positives = SortedPositives.of(flat, positive_index, exchange, positive_values)
         if valid is not None:
             valid = valid.expand(logits.shape).reshape(-1)
-        edges, negatives, negative_totals = positives.relate(flat, valid, delta)
+        edges, negatives, negative_totals = path.relate(positives, flat, valid, delta)
         # N_FP needs every worker's negatives: their gap totals are summed over the workers.
         if exchange is not None:
             negative_totals = exchange.all_reduce_sum(negative_totals)
@@ -300,7 +150,8 @@ class PositiveRanking:
         return PositiveRanking(
             positive_index=positives.flat_index,
             positive_order=positives.order,
-            positive_scores=scores,
+            positive_scores=edges.scores,
+            path=path,
             negatives=negatives,
             edges=edges,
             negative_totals=negative_totals,
@@ -310,11 +161,6 @@ class PositiveRanking:
             local_slot=positives.local_slot,
             gathered_values=positives.gathered_values,
         )
-
-    @property
-    def dense(self) -> bool:
-        """Whether the ranking takes the ``dense`` path (:mod:`alrp_d2.losses.ranking_path`)."""
-        return isinstance(self.edges, DenseEdges)
 
     @property
     def gradient_scale(self) -> float:
@@ -343,8 +189,9 @@ class PositiveRanking:
         H(0) is removed)."""
         return torch.add(self.edges.positive_sums(weights), weights, alpha=-self.edges.self_relation)
 
-    def negative_coefficients(self, weights: Tensor) -> Coefficients:
-        """The coefficients of ``sum_{i in P} w_i H(x_ij)`` per gap (:data:`Coefficients`), for
+    def negative_coefficients(self, weights: Tensor) -> Tensor:
+        """The coefficients of ``sum_{i in P} w_i H(x_ij)`` per gap (rows ``A``, ``B``:
+        :data:`alrp_d2.losses.band_edges.Coefficients`), for
         :meth:`negative_relation_sum` and :meth:`negative_relation_total`.
 
         With ``w_i = (l(i) - l*(i)) / N_FP(i)`` this is the error the positives distribute
@@ -352,13 +199,13 @@ class PositiveRanking:
         """
         return self.edges.coefficients(weights)
 
-    def negative_relation_sum(self, coefficients: Coefficients, dtype: torch.dtype = torch.float64) -> Tensor:
+    def negative_relation_sum(self, coefficients: Tensor, dtype: torch.dtype = torch.float64) -> Tensor:
         """(M,) ``sum_{i in P} w_i H(x_ij)`` for every negative ``j`` of the flat logits from the
         :meth:`negative_coefficients` of ``w``, 0 for the positives and the ignored entries, in ``dtype`` (one
         pass over the logits)."""
         return self.negatives.relation_sums(coefficients, dtype)
 
-    def negative_relation_total(self, coefficients: Coefficients) -> Tensor:
+    def negative_relation_total(self, coefficients: Tensor) -> Tensor:
         """0-d float64: ``sum_j sum_{i in P} w_i H(x_ij)`` over the negatives (of all workers in a global
         ranking) from the :meth:`negative_coefficients` of ``w`` and the gap totals (no pass over the logits):
         ``sum_g A[g] count[g] + B[g] (sum of v in g)``."""

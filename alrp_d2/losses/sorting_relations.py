@@ -32,27 +32,23 @@ binary searches of ``s -/+ delta`` among them (H is continuous, so rounding at a
 nothing). This is the ``scan`` path of :mod:`alrp_d2.losses.ranking_path`: the least work, in some ten
 operations per level and query set.
 
-On the ``dense`` path, :class:`DenseSortingRelations` gives the same sums as products of the P x P blocks of
-``H(s_k - s_i)`` (:class:`alrp_d2.losses.dense_relations.PositiveMatrix`), masked by ``t_k < t_i``, with the
-weights: a few operations per block, O(P^2) work.
+On the ``dense`` path, :class:`alrp_d2.losses.dense_relations.DenseSortingRelations` gives the same sums as products
+of the P x P blocks of ``H(s_k - s_i)``, masked by ``t_k < t_i``, with the weights: a few operations per block, O(P^2)
+work.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, List, Optional, Tuple, Union
+from typing import List, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .dense_relations import DenseEdges, PositiveMatrix
 from .serial_indexing import take_rows
 
-if TYPE_CHECKING:
-    from .relation_sums import PositiveRanking
-
-__all__ = ["DenseSortingRelations", "SortingRelations", "TargetOrderTree", "sorting_relations"]
+__all__ = ["SortingRelations", "TargetOrderTree"]
 
 
 class TargetOrderTree:
@@ -222,56 +218,3 @@ class SortingRelations:
         if own_score_is_source:
             difference = -difference
         return outside + 0.5 * band[:, :width] + difference * (0.5 / self.delta)
-
-
-class DenseSortingRelations:
-    """The sums of :class:`SortingRelations` from the P x P blocks of ``H(s_k - s_i)`` (rows ``i``) masked by
-    ``t_k < t_i`` (the ``dense`` path: module docstring). A single block (up to 4,096 positives) is kept from
-    :meth:`target_split_sums` for :meth:`larger_target_source_sums`, which is called after it with weights that
-    depend on it; several blocks are built again.
-
-    Attributes:
-        matrix: the relations among the positives, sorted by score.
-        targets: (P,) their targets (float64).
-    """
-
-    def __init__(self, matrix: PositiveMatrix, targets: Tensor):
-        self.matrix = matrix
-        self.targets = targets
-        self._kept: Optional[Tensor] = None
-
-    def _smaller_target_rows(self, start: int, end: int, block: Tensor) -> Tensor:
-        """The rows ``[start, end)`` of ``H(s_k - s_i) [t_k < t_i]`` from ``block``, their rows of ``H``."""
-        return torch.where(self.targets[None, :] < self.targets[start:end, None], block, 0.0)
-
-    def target_split_sums(self, weights: Tensor) -> Tuple[Tensor, Tensor]:
-        """(P, K) ``sum_{k: t_k >= t_i} u_k H(s_k - s_i)`` (``k = i`` included) and (P, K)
-        ``sum_{k: t_k < t_i} u_k H(s_k - s_i)`` for every positive ``i`` and every column ``u`` of ``weights``."""
-        at_least, smaller = weights.new_empty(2, self.matrix.num, weights.shape[1])
-        single_block = True
-        for start, end, block in self.matrix.blocks():
-            smaller_rows = self._smaller_target_rows(start, end, block)
-            torch.mm(smaller_rows, weights, out=smaller[start:end])
-            torch.mm(block.sub_(smaller_rows), weights, out=at_least[start:end])  # H - H [t_k < t_i], exactly
-            single_block = single_block and start == 0 and end == self.matrix.num
-            self._kept = smaller_rows if single_block else None
-        return at_least, smaller
-
-    def larger_target_source_sums(self, weights: Tensor) -> Tensor:
-        """(P, K): ``sum_{i: t_i > t_k} w_i H(s_k - s_i)`` for every positive ``k`` and every column ``w`` of
-        ``weights`` (P, K): the transposed product."""
-        if self._kept is not None:
-            return torch.mm(self._kept.T, weights)
-        result = weights.new_zeros(self.matrix.num, weights.shape[1])
-        for start, end, block in self.matrix.blocks():
-            result.addmm_(self._smaller_target_rows(start, end, block).T, weights[start:end])
-        return result
-
-
-def sorting_relations(ranking: PositiveRanking, targets: Tensor) -> Union[SortingRelations, DenseSortingRelations]:
-    """The sorting relations of the ranking's sorted positives with their (P,) float64 ``targets``, on the
-    ranking's path (:mod:`alrp_d2.losses.ranking_path`)."""
-    edges = ranking.edges
-    if isinstance(edges, DenseEdges):
-        return DenseSortingRelations(edges.matrix, targets)
-    return SortingRelations.build(ranking.positive_scores, targets, edges.delta)

@@ -10,7 +10,7 @@ from detectron2.modeling import META_ARCH_REGISTRY, RetinaNet
 from detectron2.structures import Boxes, Instances
 from torch import Tensor
 
-from ..config_check import require_config, require_integer
+from ..config.checks import require_config, require_integer
 from .atss import AtssMatcher
 from .batch_matcher import label_anchors_batched
 from .dense_ranking_detector import DenseRankingDetector

@@ -13,9 +13,9 @@ from detectron2.modeling.proposal_generator import RPN, StandardRPNHead
 from detectron2.structures import Boxes
 from torch import Tensor, nn
 
-from ..config_check import require_config
+from ..config.checks import require_config
+from ..config.hyperparameter_ranges import weight_problem
 from ..criteria.config_keys import RPN_KEYS
-from ..hyperparameter_ranges import weight_problem
 from .dense_boxes import DenseBoxes
 from .dense_ranking_detector import dense_ranking_loss
 from .head_ranking_loss import HeadRankingLoss

@@ -9,14 +9,14 @@ import torch
 from detectron2.config import CfgNode
 from torch import Tensor, nn
 
-from ..config_check import require_argument, require_config
+from ..config.checks import require_argument, require_config
+from ..config.hyperparameter_ranges import loc_weight_problem, weight_problem
 from ..criteria.config_keys import HEAD_KEYS, HeadKeys
 from ..criteria.correlation_term import correlation_terms
 from ..criteria.output_check import check_criterion_output
 from ..criteria.ranking_criterion import CriterionOutput, PositiveSource, PositiveTerm, RankingCriterion
 from ..criteria.registry import build_ranking_criterion
 from ..criteria.targets import PositiveTargets, RowLabels
-from ..hyperparameter_ranges import loc_weight_problem, weight_problem
 from ..losses.global_ranking import RANKINGS, ranking_group
 from ..losses.ranking_statistics import RankingStatistics
 

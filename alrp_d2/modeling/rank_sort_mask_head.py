@@ -14,7 +14,7 @@ from detectron2.modeling.roi_heads import ROI_MASK_HEAD_REGISTRY, MaskRCNNConvUp
 from detectron2.structures import Instances
 from torch import Tensor
 
-from ..config_check import require_integer
+from ..config.checks import require_integer
 from ..losses.global_ranking import global_weighted_mean, ranking_group
 
 __all__ = ["RankSortMaskHead", "dice_losses"]

@@ -21,8 +21,8 @@ import pytest
 import torch
 from torch import nn
 
-from alrp_d2.atomic_write import write_atomically
 from alrp_d2.checkpoint import AlrpCheckpointer, UnreadableCheckpointError
+from alrp_d2.checkpoint.atomic_write import write_atomically
 from alrp_d2.data.shapes import prepare_shapes_dataset, shapes_paths
 
 from .tiny_configs import tiny_retinanet_cfg

@@ -19,9 +19,9 @@ from detectron2.structures import BoxMode
 
 import train_net
 from alrp_d2.checkpoint import AlrpCheckpointer, IncompatibleWeightsError, UnreadableCheckpointError
+from alrp_d2.checkpoint.safe_pickle import UnsafePickleError
 from alrp_d2.engine import AlrpTrainer
 from alrp_d2.evaluation import AlrpPredictor
-from alrp_d2.safe_pickle import UnsafePickleError
 
 from .tiny_configs import tiny_faster_rcnn_cfg, tiny_retinanet_cfg
 from .torchvision_weights import torchvision_to_detectron2

@@ -4,8 +4,8 @@
   weights lack and parameters of the weights the model lacks are an error naming them, unless
   MODEL.ALLOW_PARTIAL_WEIGHTS (fine-tuning from a model of another dataset). The one exception is
   the initialisation of a training run from backbone weights (:data:`BACKBONE_INITIALISATION`).
-- Checkpoints and ``last_checkpoint`` are written atomically (:func:`~alrp_d2.atomic_write.write_atomically`):
-  a kill at any byte leaves the previous file intact.
+- Checkpoints and ``last_checkpoint`` are written atomically
+  (:func:`~alrp_d2.checkpoint.atomic_write.write_atomically`): a kill at any byte leaves the previous file intact.
 - Resuming reads ``last_checkpoint``, which may only name a file of the output directory; when that
   checkpoint cannot be read it falls back to the newest readable checkpoint there (never a link
   leading out of it), with a warning.
@@ -16,44 +16,41 @@
   (:func:`check_weights_classes`); weights without the record (earlier versions, other sources)
   load with one warning.
 - ``.pkl`` weights are read by an unpickler that builds nothing but arrays and containers
-  (:func:`~alrp_d2.safe_pickle.load_weights_pickle`), and must hold numeric arrays; ``.pth`` files by torch's
+  (:func:`~alrp_d2.checkpoint.safe_pickle.load_weights_pickle`), and must hold numeric arrays; ``.pth`` files by torch's
   ``weights_only`` loader, after the sizes their archive declares are checked
-  (:func:`~alrp_d2.checkpoint_archive.check_archive_sizes`: no decompression bomb).
+  (:func:`~alrp_d2.checkpoint.archive.check_archive_sizes`: no decompression bomb).
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
-from typing import IO, Any, Dict, List, Optional, Sequence, Tuple
+from typing import IO, Any, Dict, List, Optional, Tuple
 
-import numpy as np
 import torch
 from detectron2.checkpoint import DetectionCheckpointer
 from detectron2.utils.file_io import PathManager
 from fvcore.common.checkpoint import _filter_reused_missing_keys, _IncompatibleKeys
-from torch.nn.parallel import DistributedDataParallel
 
+from ..data.dataset_classes import DatasetClasses, classes_record
+from .archive import check_archive_sizes
 from .atomic_write import write_atomically
-from .checkpoint_archive import check_archive_sizes
-from .data.dataset_classes import DatasetClasses, check_same_classes, classes_from_record, classes_record
 from .safe_pickle import UnsafePickleError, load_weights_pickle
+from .weights import (
+    CLASSES_KEY,
+    IncompatibleWeightsError,
+    NonFiniteWeightsError,
+    UnreadableCheckpointError,
+    listed,
+    non_finite_names,
+    weights_from_pickle,
+)
 
-__all__ = [
-    "BACKBONE_INITIALISATION",
-    "AlrpCheckpointer",
-    "IncompatibleWeightsError",
-    "NonFiniteWeightsError",
-    "UnreadableCheckpointError",
-    "check_weights_classes",
-    "weights_fingerprint",
-]
+__all__ = ["AlrpCheckpointer", "BACKBONE_INITIALISATION", "LAST_CHECKPOINT"]
 
 logger = logging.getLogger(__name__)
 
 LAST_CHECKPOINT = "last_checkpoint"
-CLASSES_KEY = "classes"
 BACKBONE_INITIALISATION = (
     "weights that provide every parameter of the backbone's bottom-up network (backbone.bottom_up.*, or "
     "backbone.* for a backbone without FPN) with its shapes, and no parameter the model lacks unless they are "
@@ -62,116 +59,10 @@ BACKBONE_INITIALISATION = (
 UNTRACKED_BUFFER = "num_batches_tracked"  # BatchNorm's step counter, unused with a momentum; may be absent
 
 
-class IncompatibleWeightsError(ValueError):
-    """The weights do not belong to the model built from the config: parameters with other shapes,
-    parameters the weights lack or parameters the model lacks."""
-
-
-class NonFiniteWeightsError(ValueError):
-    """Weights with NaN or infinite values (e.g. saved by a diverged training run); the message
-    names the file and the parameters."""
-
-
-class UnreadableCheckpointError(OSError):
-    """A checkpoint file is missing, truncated or corrupt; the message names it and the reason."""
-
-
-def _rows(names: List[str], limit: int = 40) -> str:
-    shown = [f"  {name}" for name in sorted(names)[:limit]]
-    if len(names) > limit:
-        shown.append(f"  ... and {len(names) - limit} more")
-    return "\n".join(shown)
-
-
 def _initialised_prefix(model_keys: List[str]) -> str:
     """The part of the model that backbone weights initialise: the bottom-up network of an FPN
     backbone, or the whole backbone."""
     return "backbone.bottom_up." if any(k.startswith("backbone.bottom_up.") for k in model_keys) else "backbone."
-
-
-def _non_finite(weights: Dict[str, Any]) -> List[str]:
-    """The names of the floating-point tensors or arrays of ``weights`` with a NaN or an infinity."""
-    names = []
-    for name, value in weights.items():
-        if isinstance(value, np.ndarray):
-            finite = value.dtype.kind != "f" or bool(np.isfinite(value).all())
-        elif isinstance(value, torch.Tensor):
-            finite = not value.is_floating_point() or bool(value.isfinite().all())
-        else:
-            finite = True
-        if not finite:
-            names.append(name)
-    return names
-
-
-def weights_fingerprint(model: torch.nn.Module) -> str:
-    """The SHA-256 of the model's state (names, dtypes, shapes and values of every parameter and
-    buffer; a DistributedDataParallel wrapper is looked through): the model that LRP thresholds
-    were computed for."""
-    module = model.module if isinstance(model, DistributedDataParallel) else model
-    digest = hashlib.sha256()
-    for name, tensor in sorted(module.state_dict().items()):
-        values = tensor.detach().cpu().contiguous()
-        digest.update(f"{name}|{values.dtype}|{tuple(values.shape)}|".encode())
-        digest.update(values.reshape(-1).view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()
-
-
-def check_weights_classes(checkpoint: Dict[str, Any], path: str, datasets: Sequence[Optional[DatasetClasses]]) -> None:
-    """Raises :class:`~alrp_d2.data.dataset_classes.ClassesMismatchError`, showing both lists, when
-    the classes ``checkpoint`` (the remainder of ``AlrpCheckpointer.load(path)``) records are not
-    those of each of ``datasets`` (None: a dataset without declared classes, not checked); warns once
-    when it records none."""
-    given = [classes for classes in datasets if classes is not None]
-    if not given:
-        return
-    record = checkpoint.get(CLASSES_KEY)
-    if record is None:
-        logger.warning(
-            f"{path} does not record the classes it was trained on (a checkpoint of an earlier version or of "
-            f"another tool): the classes of {', '.join(repr(c.dataset) for c in given)} cannot be checked against "
-            "the weights"
-        )
-        return
-    recorded = classes_from_record(record, path)
-    for classes in given:
-        check_same_classes(recorded, path, classes)
-
-
-def _weights_from_pickle(data: Any, path: str) -> Dict[str, Any]:
-    """The checkpoint dict of a ``.pkl`` file in one of the layouts of detectron2's published
-    weights: detectron2's own ({"model", "__author__", ...}, e.g. the model zoo and the converted
-    torchvision ImageNet weights), or Caffe2's (arrays at the top level or under "blobs", loaded by
-    name-matching heuristics, without the optimizer's "_momentum" arrays)."""
-    if not isinstance(data, dict):
-        raise UnreadableCheckpointError(f"{path} holds a {type(data).__name__}, not a dict of weights")
-    if "model" in data and "__author__" in data:
-        _check_numeric_arrays(data["model"], path)
-        return data
-    arrays = data.get("blobs", data)
-    weights = {name: value for name, value in arrays.items() if not name.endswith("_momentum")}
-    _check_numeric_arrays(weights, path)
-    return {"model": weights, "__author__": "Caffe2", "matching_heuristics": True}
-
-
-NUMERIC_KINDS = "biuf"  # numpy dtype kinds of weights: bool, signed and unsigned integers, floats
-
-
-def _check_numeric_arrays(weights: Any, path: str) -> None:
-    """Raises :class:`UnreadableCheckpointError` naming the entries of ``weights`` (a ``.pkl`` file's
-    dict of arrays) that are arrays of objects, strings or records: torch cannot make tensors of them."""
-    if not isinstance(weights, dict):
-        raise UnreadableCheckpointError(f"{path}: its weights are a {type(weights).__name__}, not a dict of arrays")
-    other = [
-        f"{name} ({value.dtype})"
-        for name, value in weights.items()
-        if isinstance(value, np.ndarray) and value.dtype.kind not in NUMERIC_KINDS
-    ]
-    if other:
-        raise UnreadableCheckpointError(
-            f"{path} has {len(other)} array(s) of objects, strings or records, which are not weights (numbers):\n"
-            f"{_rows(other)}"
-        )
 
 
 class AlrpCheckpointer(DetectionCheckpointer):
@@ -335,7 +226,7 @@ class AlrpCheckpointer(DetectionCheckpointer):
         try:
             if filename.endswith(".pkl"):
                 with PathManager.open(filename, "rb") as f:
-                    return _weights_from_pickle(load_weights_pickle(f, filename), filename)
+                    return weights_from_pickle(load_weights_pickle(f, filename), filename)
             check_archive_sizes(filename)
             return super()._load_file(filename)
         except (UnsafePickleError, UnreadableCheckpointError):
@@ -346,11 +237,11 @@ class AlrpCheckpointer(DetectionCheckpointer):
             ) from error
 
     def _load_model(self, checkpoint: Any) -> _IncompatibleKeys:
-        non_finite = _non_finite(checkpoint["model"])
+        non_finite = non_finite_names(checkpoint["model"])
         if non_finite:
             raise NonFiniteWeightsError(
                 f"{self.loaded_path} has {len(non_finite)} parameter(s) with NaN or infinite values (weights of a "
-                f"diverged run?):\n{_rows(non_finite)}\nLoad the weights of an earlier checkpoint."
+                f"diverged run?):\n{listed(non_finite)}\nLoad the weights of an earlier checkpoint."
             )
         name_matched = bool(checkpoint.get("matching_heuristics", False))
         incompatible = super()._load_model(checkpoint)
@@ -392,11 +283,11 @@ class AlrpCheckpointer(DetectionCheckpointer):
                 f"another number of classes):\n{rows}"
             )
         if missing:
-            parts.append(f"{len(missing)} parameter(s) of the model missing from the weights:\n{_rows(missing)}")
+            parts.append(f"{len(missing)} parameter(s) of the model missing from the weights:\n{listed(missing)}")
         if incompatible.unexpected_keys:
             parts.append(
                 f"{len(incompatible.unexpected_keys)} parameter(s) of the weights that the model does not have "
-                f"(weights of another architecture?):\n{_rows(incompatible.unexpected_keys)}"
+                f"(weights of another architecture?):\n{listed(incompatible.unexpected_keys)}"
             )
         training_note = (
             f" A training run may start from {BACKBONE_INITIALISATION}."

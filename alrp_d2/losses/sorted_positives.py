@@ -1,0 +1,55 @@
+"""The positives of one ranking sorted by score (of all workers in a global ranking), before either path of
+:mod:`alrp_d2.losses.ranking_path` relates them to each other and to the negatives."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, NamedTuple, Optional
+
+import torch
+from torch import Tensor
+
+from .serial_indexing import take_rows
+
+if TYPE_CHECKING:
+    from .global_ranking import PositiveExchange
+
+__all__ = ["SortedPositives"]
+
+
+class SortedPositives(NamedTuple):
+    """Attributes as those of :class:`alrp_d2.losses.relation_sums.PositiveRanking`: ``flat_index`` is its
+    ``positive_index``, ``scores`` (P,) the float64 scores ascending, as they are."""
+
+    flat_index: Tensor
+    order: Tensor
+    scores: Tensor
+    local_slot: Optional[Tensor]
+    gathered_values: Optional[Tensor]
+
+    @staticmethod
+    def of(
+        flat: Tensor,
+        positive_index: Tensor,
+        exchange: Optional[PositiveExchange],
+        positive_values: Optional[Tensor],
+    ) -> SortedPositives:
+        """Gathers the scores of the (M,) ``flat`` logits (with the ``positive_values`` in a global ranking) and
+        sorts them."""
+        scores = take_rows(flat, positive_index).double()
+        local_slot = gathered_values = None
+        if exchange is not None:
+            columns = [scores] if positive_values is None else [scores, positive_values.detach().double()]
+            gathered = exchange.gather(torch.stack(columns, 1))
+            scores = gathered[:, 0]
+            gathered_values = None if positive_values is None else gathered[:, 1]
+        sorted_scores, order = torch.sort(scores)
+        if exchange is None:
+            positive_index = take_rows(positive_index, order)
+        else:
+            slot = torch.empty_like(order).scatter_(0, order, torch.arange(len(order), device=order.device))
+            local_slot = slot[exchange.local_start : exchange.local_start + exchange.num_local]
+        return SortedPositives(positive_index, order, sorted_scores, local_slot, gathered_values)
+
+    def local_scores(self) -> Tensor:
+        """(num_local,) the scores of this worker's positives, in the order of :attr:`flat_index`."""
+        return self.scores if self.local_slot is None else take_rows(self.scores, self.local_slot)
