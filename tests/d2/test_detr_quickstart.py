@@ -22,6 +22,8 @@ from alrp_d2.evaluation.lazy_predictor import LazyPredictor
 from .lazy_runs import final_weights, logged, run_train_net, shapes_dataset_arguments, train_then_resume
 from .tiny_detr_detectors import QUICKSTART, quickstart_yacs_config
 
+DEFORMABLE_QUICKSTART = QUICKSTART.replace("rtdetr_shapes.py", "deformable_detr_shapes.py")
+
 pytest.importorskip("transformers", reason="HuggingFaceDETR needs transformers: pip install -e '.[detr]'")
 
 MAX_ITER, CHECKPOINT_PERIOD = 4, 2
@@ -108,6 +110,16 @@ def test_demo_draws_the_detections_of_the_lazyconfig(datasets, trained, tmp_path
     assert demo.main([*arguments, "--confidence-threshold", "0.0", "--opts", *options]) == 0
     assert (tmp_path / image.name).is_file()
     assert demo.main([*arguments, "--opts", *options, "model.num_classes=3"]) == 2  # weights of 5 classes
+
+
+def test_the_deformable_detr_quickstart_trains_every_set_and_evaluates(datasets, tmp_path):
+    """The two-stage Deformable-DETR twin of the quickstart: 2 iterations train the ranking loss of the last decoder
+    layer, the earlier ones and the encoder's proposals, and the evaluation reports oLRP."""
+    arguments = overrides(tmp_path, batch_size=2) + ["train.max_iter=2", "train.checkpointer.period=2"]
+    run_train_net(["--config-file", DEFORMABLE_QUICKSTART, *datasets, *arguments])
+    records = logged(tmp_path)
+    assert {"loss_rank", "loss_rank_aux_0", "loss_rank_enc", "loss_giou_enc"} <= set(records[0])
+    assert "bbox/oLRP" in records[2]
 
 
 def test_two_workers_train_with_one_global_ranking(datasets, tmp_path):
