@@ -89,7 +89,7 @@ def ranked_rcnn(
     box_loss = loss("box", terms=list(terms))
     box_loss.ranking = "per_worker"
     if "mask_head" in heads and _balances_tasks(box_loss):
-        box_loss.balanced_tasks = ["mask"]
+        box_loss.balanced_tasks = [RankSortMaskHead.box_balanced_task]
         heads.mask_head._target_ = RankSortMaskHead
         heads.mask_head.max_positives = max_mask_positives
         heads.mask_head.ranking = "${..box_predictor.ranking_loss.ranking}"

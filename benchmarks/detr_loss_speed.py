@@ -17,8 +17,9 @@ image as fit; positives fixed by the groups, as HF's ``get_cdn_matched_indices``
 negative is relevant). Every row computes the losses of all 13 layers and their backward pass:
 
 * ``match``: the 7 Hungarian matchings alone;
-* ``ours RS``: SetRankingLoss("RankSortCriterion"), box terms value-balanced (BRS-DETR's choice);
-* ``ours aLRP``: SetRankingLoss("AlrpCriterion", box_terms="own");
+* ``ours RS``: SetRankingLoss(set_prediction_criterion("RankSortCriterion")), box terms value-balanced
+  (BRS-DETR's choice);
+* ``ours aLRP``: SetRankingLoss(set_prediction_criterion("AlrpCriterion"), box_terms="own");
 * ``HF VFL``: ``RTDetrLoss.loss_labels_vfl`` and ``loss_boxes`` with RT-DETR's weights, the number of boxes as HF
   computes it; ``HF focal``: Deformable-DETR's (``DeformableDetrImageLoss``: focal loss, weights 2, 5, 2);
 * ``BRL RS``: BRS-DETR's per-layer loss with BRL's ``BucketedRankSort`` at delta 0.5 on the (B * Q * C) targets with
@@ -47,7 +48,7 @@ from torch import Tensor
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from alrp_d2.detr import SetRankingLoss  # noqa: E402
+from alrp_d2.detr import SetRankingLoss, set_prediction_criterion  # noqa: E402
 from alrp_d2.detr.matched_queries import matched_queries, pair_box_losses  # noqa: E402
 from benchmarks.loss_speed import load_average, set_threads, synchronise  # noqa: E402
 from benchmarks.reference_losses import RANKING_LOSSES_FILE, load_reference  # noqa: E402
@@ -204,8 +205,8 @@ def main() -> None:
     set_threads()
     matcher, varifocal, focal = hf_matcher_and_losses()
     losses: Dict[str, LayerLoss] = {
-        "ours RS": ours_layer_loss(SetRankingLoss("RankSortCriterion")),
-        "ours aLRP": ours_layer_loss(SetRankingLoss("AlrpCriterion", box_terms="own")),
+        "ours RS": ours_layer_loss(SetRankingLoss(set_prediction_criterion("RankSortCriterion"))),
+        "ours aLRP": ours_layer_loss(SetRankingLoss(set_prediction_criterion("AlrpCriterion"), box_terms="own")),
         "HF VFL": hf_layer_loss(varifocal, "vfl", varifocal.weight_dict),
         "HF focal": hf_layer_loss(focal, "labels", {"loss_ce": 2.0, "loss_bbox": 5.0, "loss_giou": 2.0}),
     }

@@ -35,8 +35,8 @@ from detectron2.evaluation.coco_evaluation import _evaluate_predictions_on_coco 
 from detectron2.evaluation.fast_eval_api import COCOeval_opt  # noqa: E402
 
 from alrp_d2.evaluation.coco_lrp_evaluation import AP90_IOU, ap_at_iou  # noqa: E402
-from alrp_d2.evaluation.coco_matching import detection_matches  # noqa: E402
-from alrp_d2.evaluation.lrp_metric import LRP_TAU, evaluate_classes, summarise  # noqa: E402
+from alrp_d2.lrp.coco_matching import detection_matches  # noqa: E402
+from alrp_d2.lrp.lrp_metric import LRP_TAU, evaluate_classes, summarise  # noqa: E402
 
 WIDTH, HEIGHT = 640, 480
 NUM_CLASSES = 80

@@ -153,8 +153,8 @@ def detr_models(name: str, device: str) -> List[torch.nn.Module]:
     cfg = LazyConfig.load(os.path.join(ROOT, "configs", DETR_PAIRS[name]))
     cfg.model.num_classes = DETR_NUM_CLASSES
     models = []
-    for criterion, options in ((cfg.model.criterion, cfg.model.loss_options), (None, {})):
-        cfg.model.criterion, cfg.model.loss_options = criterion, options
+    for loss in (cfg.model.loss, None):
+        cfg.model.loss = loss
         torch.manual_seed(0)
         models.append(instantiate(cfg.model).to(device).train())
     return models

@@ -8,6 +8,8 @@ from typing import Dict, List, NamedTuple, Sequence, Tuple
 import torch
 from torch import Tensor
 
+from alrp_d2.detr import SetRankingLoss, set_prediction_criterion
+
 
 class Layer(NamedTuple):
     logits: Tensor
@@ -81,3 +83,8 @@ def part(layer: Layer, images: slice) -> Layer:
         layer.targets[images],
         layer.image_sizes[images],
     )
+
+
+def rank_sort_loss(**options: object) -> SetRankingLoss:
+    """The set-prediction loss of Rank & Sort Loss with its set-prediction arguments and ``options``."""
+    return SetRankingLoss(set_prediction_criterion("RankSortCriterion"), **options)  # type: ignore[arg-type]

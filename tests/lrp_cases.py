@@ -10,7 +10,7 @@ from typing import Dict, List, Tuple
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
-from alrp_d2.evaluation.lrp_metric import OptimalLRP
+from alrp_d2.lrp.lrp_metric import OptimalLRP
 
 # ---------------------------------------------------------------------------------------------
 # A hand-made dataset. Categories: cat_a (1), cat_b (2, ground truth, no detection), cat_c (3,
@@ -32,7 +32,8 @@ from alrp_d2.evaluation.lrp_metric import OptimalLRP
 # Between the two 0.8 detections (not a valid cut) LRP would be (0.5 + 0 + 2) / 4 = 0.625.
 # oLRP = 0.66 at threshold 0.5: loc = (0.2 + 0.05 + 0.4) / 3, FP = 1 / 4, FN = 1 / 4.
 # rho: TP scores (0.9, 0.8, 0.5) vs IoUs (0.8, 0.95, 0.6): ranks (3, 2, 1) vs (2, 3, 1) -> 0.5.
-# cat_b: oLRP = 1, no threshold. cat_c: left out. Means: oLRP (0.66 + 1) / 2 = 0.83.
+# cat_b: oLRP = 1, FN = 1 (its GT is missed at every threshold), no threshold. cat_c: left out.
+# Means: oLRP (0.66 + 1) / 2 = 0.83, FN (0.25 + 1) / 2 = 0.625; loc and FP of cat_a alone.
 # AP at IoU 0.9, cat_a: only the IoU 0.95 detection is a TP, ranked 2nd among the counted ones
 # -> precision 0.5 up to recall 0.25 (26 of 101 recall thresholds); cat_b: 0; cat_c: no GT.
 # ---------------------------------------------------------------------------------------------
@@ -62,7 +63,7 @@ HAND_EXPECTED_SUMMARY = {
     "oLRP": 83.0,
     "oLRP_loc": 100 * 0.65 / 3,
     "oLRP_FP": 25.0,
-    "oLRP_FN": 25.0,
+    "oLRP_FN": 62.5,
     "rho": 0.5,
 }
 HAND_EXPECTED_AP90 = 100 * (26 * 0.5 / 101 + 0.0) / 2

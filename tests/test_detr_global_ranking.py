@@ -1,6 +1,6 @@
 """The set-prediction loss ranked over 2 gloo workers, each holding some images of the layer: with ranking "global"
 every worker's values equal one process on the whole batch and the workers' gradients, averaged as DDP does, equal
-its gradients; with "local" each worker's loss is the loss of its own images."""
+its gradients; with "per_worker" each worker's loss is the loss of its own images."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Dict, List
 import pytest
 import torch
 
-from alrp_d2.detr import SetRankingLoss
+from alrp_d2.detr import SetRankingLoss, set_prediction_criterion
 
 from .detr_cases import Layer, make_layer, part
 from .distributed_cases import spawn_workers
@@ -33,7 +33,7 @@ OPTIONS: Dict[str, Dict] = {
 
 def run(layer: Layer, options: Dict, ranking: str) -> Dict[str, torch.Tensor]:
     options = dict(options)
-    loss = SetRankingLoss(options.pop("criterion"), ranking=ranking, **options)
+    loss = SetRankingLoss(set_prediction_criterion(options.pop("criterion")), ranking=ranking, **options)
     logits = layer.logits.clone().requires_grad_(True)
     pred_boxes = layer.pred_boxes.clone().requires_grad_(True)
     losses = loss(logits, pred_boxes, layer.indices, layer.targets)
@@ -47,12 +47,14 @@ def _worker(rank: int, world_size: int, out_dir: str) -> None:
         layer = make_layer(**case)
         mine = part(layer, slice(0, split) if rank == 0 else slice(split, None))
         for options in OPTIONS.values():
-            results.append({ranking: run(mine, options, ranking) for ranking in ("global", "local")})
+            results.append({ranking: run(mine, options, ranking) for ranking in ("global", "per_worker")})
     layer = part(make_layer(**LAYERS[0][0]), slice(0, 2) if rank == 0 else slice(2, None))
     if rank == 1:
         layer = layer._replace(indices=[(torch.tensor([99]), torch.tensor([0])), layer.indices[1]])
     try:
-        SetRankingLoss()(layer.logits, layer.pred_boxes, layer.indices, layer.targets)
+        SetRankingLoss(set_prediction_criterion("RankSortCriterion"), ranking="global")(
+            layer.logits, layer.pred_boxes, layer.indices, layer.targets
+        )
         results.append("no error")
     except (ValueError, FloatingPointError) as error:
         results.append(str(error))
@@ -88,18 +90,18 @@ def test_global_ranking_equals_one_process_on_the_whole_batch(worker_results, la
 
 
 @pytest.mark.parametrize("layer_number", range(len(LAYERS)))
-def test_local_ranking_is_each_workers_own_loss(worker_results, layer_number):
+def test_per_worker_ranking_is_each_workers_own_loss(worker_results, layer_number):
     case, split = LAYERS[layer_number]
     layer = make_layer(**case)
     index = layer_number * len(OPTIONS) + list(OPTIONS).index("rank_sort")
     for rank, images in enumerate([slice(0, split), slice(split, None)]):
-        expected = run(part(layer, images), OPTIONS["rank_sort"], "local")
+        expected = run(part(layer, images), OPTIONS["rank_sort"], "per_worker")
         for key, value in expected.items():
-            torch.testing.assert_close(worker_results[rank][index]["local"][key], value, rtol=1e-6, atol=1e-9)
+            torch.testing.assert_close(worker_results[rank][index]["per_worker"][key], value, rtol=1e-6, atol=1e-9)
 
 
 @pytest.mark.parametrize("layer_number", range(len(LAYERS)))
-def test_local_fixed_box_terms_divide_by_the_workers_mean_number_of_pairs(worker_results, layer_number):
+def test_per_worker_fixed_box_terms_divide_by_the_workers_mean_number_of_pairs(worker_results, layer_number):
     case, split = LAYERS[layer_number]
     layer = make_layer(**case)
     index = layer_number * len(OPTIONS) + list(OPTIONS).index("rank_sort_fixed")
@@ -107,10 +109,10 @@ def test_local_fixed_box_terms_divide_by_the_workers_mean_number_of_pairs(worker
     counts = [sum(len(query) for query, _ in share.indices) for share in shares]
     mean_count = max(sum(counts) / WORLD_SIZE, 1.0)
     for rank, share in enumerate(shares):
-        alone = run(share, OPTIONS["rank_sort_fixed"], "local")
+        alone = run(share, OPTIONS["rank_sort_fixed"], "per_worker")
         for key in ("loss_bbox", "loss_giou"):
             expected = alone[key] * max(counts[rank], 1) / mean_count
-            torch.testing.assert_close(worker_results[rank][index]["local"][key], expected, rtol=1e-6, atol=1e-9)
+            torch.testing.assert_close(worker_results[rank][index]["per_worker"][key], expected, rtol=1e-6, atol=1e-9)
 
 
 def test_bad_input_on_one_worker_raises_on_every_worker(worker_results):

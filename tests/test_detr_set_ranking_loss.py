@@ -13,11 +13,11 @@ import pytest
 import torch
 from torchvision.ops import generalized_box_iou
 
-from alrp_d2.detr import SetRankingLoss
+from alrp_d2.detr import SetRankingLoss, set_prediction_criterion
 from alrp_d2.losses import NonFiniteInputError
 
 from .brs_detr_reference import brs_detr_layer_loss
-from .detr_cases import Layer, make_layer
+from .detr_cases import Layer, make_layer, rank_sort_loss
 
 CASES = {
     "no_denoising": dict(seed=1, num_targets=[3, 2, 4]),
@@ -45,7 +45,9 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor) -> None:
 @pytest.mark.parametrize("case", CASES, ids=list(CASES))
 def test_layer_loss_equals_brs_detr_transcription(case):
     layer = make_layer(**CASES[case])
-    losses, logits_grad, boxes_grad = ours(layer, SetRankingLoss("RankSortCriterion", rank_weight=2.0, delta=0.5))
+    losses, logits_grad, boxes_grad = ours(
+        layer, SetRankingLoss(set_prediction_criterion("RankSortCriterion", delta=0.5), rank_weight=2.0)
+    )
     expected, expected_logits_grad, expected_boxes_grad = brs_detr_layer_loss(
         layer.logits, layer.pred_boxes, layer.indices, layer.targets, layer.image_sizes, rank_weight=2.0, delta=0.5
     )
@@ -72,7 +74,7 @@ def test_cases_cover_what_they_claim():
 
 def test_fixed_box_terms_are_weighted_means_over_the_matched_pairs():
     layer = make_layer(seed=1, num_targets=[3, 2, 4])
-    losses, _, _ = ours(layer, SetRankingLoss("RankSortCriterion", box_terms="fixed"))
+    losses, _, _ = ours(layer, SetRankingLoss(set_prediction_criterion("RankSortCriterion"), box_terms="fixed"))
     l1, giou = [], []
     for image, (query, target) in enumerate(layer.indices):
         predicted, boxes = layer.pred_boxes[image, query], layer.targets[image]["boxes"][target]
@@ -86,7 +88,7 @@ def test_fixed_box_terms_are_weighted_means_over_the_matched_pairs():
 @pytest.mark.parametrize("criterion", ["AlrpCriterion", "APCriterion", "InterpolatedAPCriterion"])
 def test_any_registered_criterion_by_name(criterion):
     layer = make_layer(seed=1, num_targets=[3, 2])
-    losses, logits_grad, boxes_grad = ours(layer, SetRankingLoss(criterion))
+    losses, logits_grad, boxes_grad = ours(layer, SetRankingLoss(set_prediction_criterion(criterion)))
     assert sorted(losses) == ["loss_bbox", "loss_giou", "loss_rank"]
     assert all(bool(torch.isfinite(value.detach()) and value.detach() > 0) for value in losses.values())
     assert_close(losses["loss_bbox"], losses["loss_rank"])
@@ -95,7 +97,7 @@ def test_any_registered_criterion_by_name(criterion):
 
 def test_alrp_own_localisation_and_correlation_term():
     layer = make_layer(seed=1, num_targets=[3, 2])
-    loss = SetRankingLoss("AlrpCriterion", box_terms="own", corr_weight=0.5)
+    loss = SetRankingLoss(set_prediction_criterion("AlrpCriterion"), box_terms="own", corr_weight=0.5)
     losses, _, boxes_grad = ours(layer, loss)
     assert sorted(losses) == ["loss_bbox", "loss_corr", "loss_loc", "loss_rank"]
     assert_close(losses["loss_loc"], losses["loss_rank"])
@@ -104,19 +106,19 @@ def test_alrp_own_localisation_and_correlation_term():
 
 def test_no_matched_pair_gives_zeros_connected_to_the_inputs():
     layer = make_layer(seed=1, num_targets=[0, 0])
-    losses, logits_grad, boxes_grad = ours(layer, SetRankingLoss())
+    losses, logits_grad, boxes_grad = ours(layer, rank_sort_loss())
     assert all(float(value.detach()) == 0 for value in losses.values())
     assert float(logits_grad.abs().sum()) == 0 and float(boxes_grad.abs().sum()) == 0
 
 
 def test_an_empty_batch_and_int32_indices_and_labels():
-    empty = SetRankingLoss()(torch.zeros(0, 5, 3), torch.zeros(0, 5, 4), [], [])
+    empty = rank_sort_loss()(torch.zeros(0, 5, 3), torch.zeros(0, 5, 4), [], [])
     assert sorted(empty) == ["loss_bbox", "loss_giou", "loss_rank"] and all(float(v) == 0 for v in empty.values())
     layer = make_layer(seed=1, num_targets=[3, 2])
     targets = [{"class_labels": t["class_labels"].int(), "boxes": t["boxes"]} for t in layer.targets]
     indices = [(query.int(), target.int()) for query, target in layer.indices]
-    expected = ours(layer, SetRankingLoss())[0]
-    actual = ours(layer._replace(indices=indices, targets=targets), SetRankingLoss())[0]
+    expected = ours(layer, rank_sort_loss())[0]
+    actual = ours(layer._replace(indices=indices, targets=targets), rank_sort_loss())[0]
     for key, value in expected.items():
         assert_close(actual[key], value)
 
@@ -168,20 +170,27 @@ def bad_inputs() -> Dict[str, tuple]:
 def test_bad_input_raises_naming_the_argument_and_shapes(message):
     expected = NonFiniteInputError if "NaN" in message else ValueError
     with pytest.raises(expected, match=message.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")):
-        SetRankingLoss()(*bad_inputs()[message])
+        rank_sort_loss()(*bad_inputs()[message])
 
 
 def test_bad_options_raise():
+    rank_sort = set_prediction_criterion("RankSortCriterion")
     with pytest.raises(ValueError, match="box_terms must be one of"):
-        SetRankingLoss(box_terms="balanced")
+        SetRankingLoss(rank_sort, box_terms="balanced")
+    with pytest.raises(ValueError, match='ranking "local" is now called "per_worker"'):
+        SetRankingLoss(rank_sort, ranking="local")
     with pytest.raises(ValueError, match="ranking must be one of"):
-        SetRankingLoss(ranking="per_worker")
+        SetRankingLoss(rank_sort, ranking="everywhere")
+    with pytest.raises(ValueError, match="criterion must be a RankingCriterion"):
+        SetRankingLoss("RankSortCriterion")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="must be a registered ranking criterion"):
-        SetRankingLoss("RankSort")
+        set_prediction_criterion("RankSort")
     with pytest.raises(ValueError, match="giou_weight must be 0"):
-        SetRankingLoss("AlrpCriterion", box_terms="own", giou_weight=2.0)
+        SetRankingLoss(set_prediction_criterion("AlrpCriterion"), box_terms="own", giou_weight=2.0)
+    with pytest.raises(ValueError, match="must be None with box_terms 'model'"):
+        SetRankingLoss(rank_sort, box_terms="model", l1_weight=5.0)
     with pytest.raises(ValueError, match="l1_weight must be a finite number >= 0"):
-        SetRankingLoss(l1_weight=-1.0)
+        SetRankingLoss(rank_sort, l1_weight=-1.0)
 
 
 IMPORT_CHECK = r"""
@@ -199,13 +208,13 @@ class Blocked(importlib.abc.MetaPathFinder):
 sys.meta_path.insert(0, Blocked())
 import torch
 
-from alrp_d2.detr import SetRankingLoss
+from alrp_d2.detr import SetRankingLoss, set_prediction_criterion
 
 logits = torch.randn(2, 4, 3, requires_grad=True)
 boxes = torch.rand(2, 4, 4) * 0.5 + 0.2
 targets = [{"class_labels": torch.tensor([1]), "boxes": torch.tensor([[0.4, 0.4, 0.3, 0.3]])}] * 2
 indices = [(torch.tensor([2]), torch.tensor([0])), (torch.tensor([0]), torch.tensor([0]))]
-losses = SetRankingLoss()(logits, boxes, indices, targets)
+losses = SetRankingLoss(set_prediction_criterion("RankSortCriterion"))(logits, boxes, indices, targets)
 sum(losses.values()).backward()
 assert sorted(losses) == ["loss_bbox", "loss_giou", "loss_rank"] and logits.grad.abs().sum() > 0
 print("ok")

@@ -1,4 +1,4 @@
-"""LRP metrics (alrp_d2.evaluation.lrp_metric, .coco_matching) against hand-computed values, a
+"""LRP metrics (alrp_d2.lrp.lrp_metric, .coco_matching) against hand-computed values, a
 brute-force reference over all score thresholds, and pycocotools' own matching. Needs numpy and pycocotools only."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
-from alrp_d2.evaluation.coco_matching import detection_matches, matches_from_eval_imgs, matches_from_iou_matrices
-from alrp_d2.evaluation.lrp_metric import (
+from alrp_d2.lrp.coco_matching import detection_matches, matches_from_eval_imgs, matches_from_iou_matrices
+from alrp_d2.lrp.lrp_metric import (
     DetectionMatches,
     OptimalLRP,
     average_ranks,
@@ -75,7 +75,7 @@ def test_class_without_true_positive_has_olrp_one():
     no_detection = optimal_lrp(np.zeros(0), np.zeros(0, bool), np.zeros(0), num_gt=3)
     only_fps = optimal_lrp(np.array([0.9, 0.4]), np.array([False, False]), np.zeros(2), num_gt=3)
     for result in (no_detection, only_fps):
-        assert_optimal_lrp_equal(result, OptimalLRP(olrp=1.0, loc=None, fp=None, fn=None, threshold=None))
+        assert_optimal_lrp_equal(result, OptimalLRP(olrp=1.0, loc=None, fp=None, fn=1.0, threshold=None))
 
 
 def test_perfect_detector_has_olrp_zero():
@@ -109,7 +109,7 @@ def brute_force_olrp(
     """For every distinct score threshold, keep the detections at or above it, count TP/FP/FN
     and sum the TP localisation errors; the minimum LRP (the empty set has LRP 1) wins, the
     highest threshold among equal minima."""
-    best = OptimalLRP(olrp=1.0, loc=None, fp=None, fn=None, threshold=None)
+    best = OptimalLRP(olrp=1.0, loc=None, fp=None, fn=1.0, threshold=None)
     for threshold in sorted(set(scores.tolist()), reverse=True):
         kept = scores >= threshold
         tp, fp = int(np.sum(kept & is_tp)), int(np.sum(kept & ~is_tp))
@@ -184,7 +184,7 @@ def test_hand_made_dataset(reader):
     classes = evaluate_classes(matches)
     assert_optimal_lrp_equal(classes[0].lrp, HAND_EXPECTED_A)
     assert classes[0].rho == pytest.approx(0.5)
-    assert_optimal_lrp_equal(classes[1].lrp, OptimalLRP(olrp=1.0, loc=None, fp=None, fn=None, threshold=None))
+    assert_optimal_lrp_equal(classes[1].lrp, OptimalLRP(olrp=1.0, loc=None, fp=None, fn=1.0, threshold=None))
     assert classes[1].rho is None
     assert classes[2].num_gt == 0 and classes[2].lrp is None and classes[2].rho is None
     assert summarise(classes) == pytest.approx(HAND_EXPECTED_SUMMARY)
@@ -288,16 +288,16 @@ def test_vectorised_matching_equals_pycocotools_and_brute_force(seed):
 
 
 def test_no_detection_of_a_class_with_ground_truth():
-    """Only a detection of cat_c (no ground truth): every class with ground truth has oLRP 1,
-    the components are undefined (NaN in the summary)."""
+    """Only a detection of cat_c (no ground truth): every class with ground truth has oLRP 1 and
+    misses all its ground truths (FN 1); the other components are undefined (NaN in the summary)."""
     detections = [{"image_id": 1, "category_id": 3, "bbox": [0, 30, 10, 10], "score": 0.7}]
     coco_eval = run_cocoeval(hand_made_coco_dict(), detections)
     for reader in (matches_from_eval_imgs, matches_from_iou_matrices):
         classes = evaluate_classes(reader(coco_eval))
         assert [None if c.lrp is None else c.lrp.olrp for c in classes] == [1.0, 1.0, None]
         summary = summarise(classes)
-        assert summary["oLRP"] == 100.0
-        assert all(np.isnan(summary[key]) for key in ("oLRP_loc", "oLRP_FP", "oLRP_FN", "rho"))
+        assert summary["oLRP"] == summary["oLRP_FN"] == 100.0
+        assert all(np.isnan(summary[key]) for key in ("oLRP_loc", "oLRP_FP", "rho"))
 
 
 def test_summary_of_no_ground_truth_is_nan():

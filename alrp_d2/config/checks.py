@@ -1,11 +1,23 @@
 """The error of an invalid config value, naming its key, and of an invalid constructor argument, naming the argument:
-raised where each rule is checked."""
+raised where each rule is checked. A rule on a constructor's argument is checked once, by the constructor; a
+``from_config`` that builds it names the config key the argument came from (:func:`naming_config_keys`)."""
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+import functools
+from typing import Any, Callable, Iterator, Mapping, Tuple, TypeVar
 
-__all__ = ["require_argument", "require_config", "require_integer"]
+__all__ = [
+    "ArgumentError",
+    "built_naming_config_keys",
+    "naming_config_keys",
+    "require_argument",
+    "require_config",
+    "require_integer",
+]
+
+Init = TypeVar("Init", bound=Callable[..., None])
 
 
 def require_config(condition: bool, key: str, value: Any, expectation: str) -> None:
@@ -24,8 +36,60 @@ def require_integer(key: str, value: Any, minimum: int, note: str = "") -> None:
     )
 
 
+class ArgumentError(ValueError):
+    """``owner``'s argument ``name`` has ``value``, against ``expectation``."""
+
+    def __init__(self, owner: str, name: str, value: Any, expectation: str):
+        super().__init__(f"Invalid argument {owner}({name}={value!r}): {expectation}")
+        self.owner, self.name, self.value, self.expectation = owner, name, value, expectation
+
+    def __reduce__(self) -> Tuple[Any, ...]:
+        return type(self), (self.owner, self.name, self.value, self.expectation)
+
+
 def require_argument(condition: bool, owner: str, name: str, value: Any, expectation: str) -> None:
-    """Raises ValueError naming ``owner``'s argument ``name`` when ``condition`` does not hold (the constructors'
-    check: a LazyConfig or a Python caller sees its own names)."""
+    """Raises :class:`ArgumentError` naming ``owner``'s argument ``name`` when ``condition`` does not hold (the
+    constructors' check: a LazyConfig or a Python caller sees its own names)."""
     if not condition:
-        raise ValueError(f"Invalid argument {owner}({name}={value!r}): {expectation}")
+        raise ArgumentError(owner, name, value, expectation)
+
+
+def _config_value(cfg: Mapping[str, Any], key: str) -> Any:
+    node: Any = cfg
+    for part in key.split("."):
+        node = node[part]
+    return node
+
+
+@contextlib.contextmanager
+def naming_config_keys(cfg: Mapping[str, Any], keys: Mapping[str, str]) -> Iterator[None]:
+    """The block (a ``from_config`` building an object from ``cfg``) raises the :class:`ArgumentError` of an
+    argument that ``keys`` maps to a config key (argument name -> key) as the error of that key and its value in
+    ``cfg``, with the constructor's expectation: a YAML run is told which key to change."""
+    try:
+        yield
+    except ArgumentError as error:
+        if error.name not in keys:
+            raise
+        key = keys[error.name]
+        expectation = f"{error.expectation} (argument {error.name}={error.value!r} of {error.owner})"
+        raise ValueError(f"Invalid config value {key}={_config_value(cfg, key)!r}: {expectation}") from error
+
+
+def built_naming_config_keys(keys: Mapping[str, str]) -> Callable[[Init], Init]:
+    """Decorates a detectron2 ``@configurable`` ``__init__`` (above ``@configurable``): built from a config (its
+    first argument, as detectron2's registries build), its arguments' errors name their config keys
+    (:func:`naming_config_keys`); built from arguments, their names."""
+
+    def decorate(init: Init) -> Init:
+        @functools.wraps(init)
+        def built(self: Any, *args: Any, **kwargs: Any) -> None:
+            cfg = args[0] if args else kwargs.get("cfg")
+            if not isinstance(cfg, Mapping):
+                return init(self, *args, **kwargs)
+            with naming_config_keys(cfg, keys):
+                return init(self, *args, **kwargs)
+
+        return built  # type: ignore[return-value]
+
+    return decorate

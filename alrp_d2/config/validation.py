@@ -17,7 +17,6 @@ from ..modeling.backbone import (
     FROZEN_STATS_BN_BACKBONES,
     P7_BACKBONES,
 )
-from ..modeling.low_quality_matcher import LOW_QUALITY_MATCH_GTS
 from .checks import require_config, require_integer
 from .hyperparameter_ranges import is_number
 from .keys import TEST_RESIZES, TRAIN_FILTERS
@@ -102,7 +101,6 @@ def _require_choice(cfg: CN, key: str, choices: Sequence[str]) -> None:
 def _validate_network_keys(cfg: CN) -> None:
     """The keys of the official network: values in range, and the backbone that reads them."""
     for key, choices in (
-        ("MODEL.ALRP.LOW_QUALITY_MATCH_GT", LOW_QUALITY_MATCH_GTS),
         ("MODEL.FPN.WEIGHT_INIT", FPN_WEIGHT_INITS),
         ("INPUT.TEST_RESIZE", TEST_RESIZES),
         ("DATALOADER.TRAIN_FILTER", TRAIN_FILTERS),
@@ -151,8 +149,8 @@ def _validate_solver_periods(cfg: CN) -> None:
 
 
 def _validate_self_balance_switch(alrp: CN) -> None:
-    """MODEL.ALRP.SB_ENABLED is a bool (None would silently mean False). The localisation weights (SB_INIT_WEIGHT,
-    LOC_WEIGHT) are checked by the heads that read them (``HeadRankingLoss.from_config``)."""
+    """MODEL.ALRP.SB_ENABLED is a bool (None would silently mean False). The localisation weight it selects
+    (SB_INIT_WEIGHT or LOC_WEIGHT) is checked by the constructor of the heads' losses (``HeadRankingLoss``)."""
     require_config(isinstance(alrp.SB_ENABLED, bool), "MODEL.ALRP.SB_ENABLED", alrp.SB_ENABLED, "must be True or False")
 
 

@@ -4,9 +4,9 @@ Loss as an additive term. Importing this package registers the criteria in :data
 
 from .alrp import AlrpCriterion
 from .ap import AP_LOC_LOSSES, APCriterion, InterpolatedAPCriterion
-from .config_keys import HEAD_KEYS, RPN_KEYS, HeadKeys, configured_delta, configured_tau
+from .config_keys import HEAD_KEYS, RPN_KEYS, HeadKeys
 from .correlation_term import CorrelationTerm, correlation_terms
-from .localisation import LocErrorCriterion, configured_loc_error, positive_loc_errors
+from .localisation import LocErrorCriterion, positive_loc_errors
 from .rank_sort import RankSortCriterion, value_balance
 from .ranking_criterion import CriterionOutput, PositiveSource, PositiveTerm, RankingCriterion
 from .registry import RANKING_CRITERION_REGISTRY, build_ranking_criterion, ranking_criterion_class
@@ -33,9 +33,6 @@ __all__ = [
     "RowLabels",
     "Targets",
     "build_ranking_criterion",
-    "configured_delta",
-    "configured_loc_error",
-    "configured_tau",
     "correlation_terms",
     "positive_loc_errors",
     "ranking_criterion_class",

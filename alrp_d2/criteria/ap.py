@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any, ClassVar, Dict, Optional
 import torch
 from torch import Tensor
 
-from ..config.checks import require_config
 from ..losses import ap_loss_indexed
 from ..losses.global_ranking import global_mean
 from .arguments import check_choice
@@ -55,8 +54,11 @@ class APCriterion(LocErrorCriterion):
     @classmethod
     def from_config(cls, cfg: CfgNode, keys: HeadKeys) -> Dict[str, Any]:
         loc_loss = cfg.MODEL.ALRP.AP_LOC_LOSS
-        require_config(loc_loss in AP_LOC_LOSSES, "MODEL.ALRP.AP_LOC_LOSS", loc_loss, f"must be one of {AP_LOC_LOSSES}")
         return {**super().from_config(cfg, keys), "loc_loss": loc_loss, "eps": None if cls.interpolated else 1e-5}
+
+    @classmethod
+    def config_keys(cls, keys: HeadKeys) -> Dict[str, str]:
+        return {**super().config_keys(keys), "loc_loss": "MODEL.ALRP.AP_LOC_LOSS"}
 
     def localisation_losses(self, positives: PositiveTargets, source: PositiveSource) -> Tensor:
         if self.loc_loss == "smooth_l1":

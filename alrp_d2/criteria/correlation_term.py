@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, List, Optional
 import torch
 from torch import Tensor
 
-from ..config.checks import require_argument, require_config
+from ..config.checks import naming_config_keys, require_argument
 from ..config.hyperparameter_ranges import weight_problem
 from ..losses.correlation_loss import CORRELATION_KINDS, correlation_loss, correlation_loss_per_level
 from ..losses.global_ranking import RankingGroup, exchange_checked
@@ -83,15 +83,8 @@ def _gathered(scores: Tensor, ious: Tensor, levels: Optional[Tensor], group: Ran
 
 def correlation_terms(cfg: CfgNode) -> List[CorrelationTerm]:
     """The Correlation Loss term of MODEL.ALRP.CORR_KIND, CORR_WEIGHT and CORR_PER_LEVEL, none with weight 0 (the
-    keys are checked all the same)."""
+    keys are checked all the same, by the term's constructor)."""
     alrp = cfg.MODEL.ALRP
-    problem = weight_problem(alrp.CORR_WEIGHT, zero=True)
-    require_config(problem is None, "MODEL.ALRP.CORR_WEIGHT", alrp.CORR_WEIGHT, f"{problem} (0: no term)")
-    require_config(
-        alrp.CORR_KIND in CORRELATION_KINDS,
-        "MODEL.ALRP.CORR_KIND",
-        alrp.CORR_KIND,
-        f"must be one of {CORRELATION_KINDS}",
-    )
-    term = CorrelationTerm(alrp.CORR_KIND, alrp.CORR_WEIGHT, alrp.CORR_PER_LEVEL)
+    with naming_config_keys(cfg, {"kind": "MODEL.ALRP.CORR_KIND", "weight": "MODEL.ALRP.CORR_WEIGHT"}):
+        term = CorrelationTerm(alrp.CORR_KIND, alrp.CORR_WEIGHT, alrp.CORR_PER_LEVEL)
     return [term] if alrp.CORR_WEIGHT > 0 else []

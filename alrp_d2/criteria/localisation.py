@@ -7,25 +7,17 @@ from typing import TYPE_CHECKING, Any, Dict
 
 from torch import Tensor
 
-from ..config.checks import require_config
 from ..losses import loc_error
 from ..losses.localisation_error import LOC_ERROR_KINDS
 from .arguments import check_choice, check_delta, check_tau
-from .config_keys import HeadKeys, configured_delta, configured_tau
+from .config_keys import HeadKeys
 from .ranking_criterion import PositiveSource, RankingCriterion
 from .targets import PositiveTargets
 
 if TYPE_CHECKING:
     from detectron2.config import CfgNode
 
-__all__ = ["LocErrorCriterion", "configured_loc_error", "positive_loc_errors"]
-
-
-def configured_loc_error(cfg: CfgNode) -> str:
-    """MODEL.ALRP.LOC_ERROR, one of :data:`alrp_d2.losses.localisation_error.LOC_ERROR_KINDS`."""
-    kind = cfg.MODEL.ALRP.LOC_ERROR
-    require_config(kind in LOC_ERROR_KINDS, "MODEL.ALRP.LOC_ERROR", kind, f"must be one of {LOC_ERROR_KINDS}")
-    return kind
+__all__ = ["LocErrorCriterion", "positive_loc_errors"]
 
 
 def positive_loc_errors(positives: PositiveTargets, source: PositiveSource, kind: str, tau: float) -> Tensor:
@@ -52,11 +44,8 @@ class LocErrorCriterion(RankingCriterion):
 
     @classmethod
     def from_config(cls, cfg: CfgNode, keys: HeadKeys) -> Dict[str, Any]:
-        return {
-            "delta": configured_delta(cfg, keys),
-            "loc_error_kind": configured_loc_error(cfg),
-            "tau": configured_tau(cfg, keys),
-        }
+        alrp = cfg.MODEL.ALRP
+        return {"delta": alrp[keys.delta], "loc_error_kind": alrp.LOC_ERROR, "tau": alrp[keys.tau]}
 
     def localisation_losses(self, positives: PositiveTargets, source: PositiveSource) -> Tensor:
         return positive_loc_errors(positives, source, self.loc_error_kind, self.tau)

@@ -11,8 +11,7 @@ from ..losses import rank_sort_loss_indexed
 from ..losses.global_ranking import global_weighted_mean
 from ..losses.localisation_error import LOC_ERROR_KINDS, paired_iou_giou
 from .arguments import check_choice, check_delta
-from .config_keys import HeadKeys, configured_delta
-from .localisation import configured_loc_error
+from .config_keys import HeadKeys
 from .ranking_criterion import CriterionOutput, PositiveSource, RankingCriterion
 from .registry import RANKING_CRITERION_REGISTRY
 from .targets import PositiveTargets, RankSortTargets, RowLabels, Targets
@@ -60,7 +59,7 @@ class RankSortCriterion(RankingCriterion):
 
     @classmethod
     def from_config(cls, cfg: CfgNode, keys: HeadKeys) -> Dict[str, Any]:
-        return {"delta": configured_delta(cfg, keys, unit_step=True), "loc_error_kind": configured_loc_error(cfg)}
+        return {"delta": cfg.MODEL.ALRP[keys.delta], "loc_error_kind": cfg.MODEL.ALRP.LOC_ERROR}
 
     def targets(self, rows: RowLabels, source: PositiveSource) -> Targets:
         return RankSortTargets.of_rows(rows, source.row_overlaps())

@@ -114,8 +114,20 @@ class RankingCriterion:
     @classmethod
     def from_config(cls, cfg: CfgNode, keys: HeadKeys) -> Dict[str, Any]:
         """The constructor's arguments from a config: under MODEL.ALRP, the head's ``keys`` (MODEL.ALRP.DELTA and
-        TAU, or the RPN's RPN_DELTA and RPN_TAU) and the criterion's own keys; a ValueError names an invalid key."""
+        TAU, or the RPN's RPN_DELTA and RPN_TAU) and the criterion's own keys, unchecked: the constructor checks
+        them, and its errors name the keys of :meth:`config_keys`."""
         return {}
+
+    @classmethod
+    def config_keys(cls, keys: HeadKeys) -> Dict[str, str]:
+        """The config key of each constructor argument :meth:`from_config` reads (argument -> key), by which the
+        constructor's error about an argument names its key in a YAML run: the head's delta and tau (``keys``) and
+        MODEL.ALRP.LOC_ERROR."""
+        return {
+            "delta": f"MODEL.ALRP.{keys.delta}",
+            "tau": f"MODEL.ALRP.{keys.tau}",
+            "loc_error_kind": "MODEL.ALRP.LOC_ERROR",
+        }
 
     def targets(self, rows: RowLabels, source: PositiveSource) -> Targets:
         """The positives of the ranking (and of the localisation loss: ``targets.box``) from the head's labels."""

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any, Type
 
 from fvcore.common.registry import Registry
 
-from ..config.checks import require_config
+from ..config.checks import naming_config_keys, require_config
 from .config_keys import HEAD_KEYS, HeadKeys
 from .ranking_criterion import RankingCriterion
 
@@ -37,9 +37,11 @@ def ranking_criterion_class(name: str, key: str = "MODEL.ALRP.CRITERION") -> Typ
 
 def build_ranking_criterion(cfg: CfgNode, keys: HeadKeys = HEAD_KEYS) -> RankingCriterion:
     """The criterion MODEL.ALRP.CRITERION names, built from the config (:meth:`RankingCriterion.from_config`) with
-    the head's ``keys`` of delta and tau (MODEL.ALRP.DELTA and TAU, or the RPN's)."""
+    the head's ``keys`` of delta and tau (MODEL.ALRP.DELTA and TAU, or the RPN's); an error of its constructor names
+    the argument's key (:meth:`RankingCriterion.config_keys`)."""
     criterion = ranking_criterion_class(cfg.MODEL.ALRP.CRITERION)
-    return criterion(**criterion.from_config(cfg, keys))
+    with naming_config_keys(cfg, criterion.config_keys(keys)):
+        return criterion(**criterion.from_config(cfg, keys))
 
 
 def ranking_criterion(name: str, **arguments: Any) -> RankingCriterion:

@@ -40,7 +40,9 @@ def first_images_dataset(dataset_name: str, max_images: Any, key: str, log: bool
     if name not in DatasetCatalog.list():  # the digest: a registered name holds these images
         DatasetCatalog.register(name, lambda: copy.deepcopy(subset))
         metadata = MetadataCatalog.get(dataset_name).as_dict()
-        MetadataCatalog.get(name).set(**{k: v for k, v in metadata.items() if k not in ("name", "json_file")})
+        kept = {k: v for k, v in metadata.items() if k not in ("name", "json_file", "evaluated_subset_of")}
+        # The evaluator records in its threshold file that they come from a subset (LRPThresholdPredictor warns).
+        MetadataCatalog.get(name).set(**kept, evaluated_subset_of={"dataset": dataset_name, "images": len(dicts)})
     if log:
         logger.info("Evaluating the first %d of the %d images of %s (%s)", max_images, len(dicts), dataset_name, key)
     return name

@@ -1,18 +1,29 @@
 """Ranking losses for DETR-family detectors (pure torch and the ranking criteria; no detectron2, no transformers
-import): the per-decoder-layer set-prediction ranking loss, and :func:`use_ranking_loss`, which puts it on a Hugging
-Face RT-DETR or Deformable-DETR (it imports ``transformers``, the ``detr`` extra, on first use). docs/detr.md."""
+import): the per-decoder-layer set-prediction ranking loss and its criteria built by name, and
+:func:`use_ranking_loss` / :func:`restore_loss`, which put it on a Hugging Face DETR and take it off again (they
+import ``transformers``, the ``detr`` extra, on first use). docs/detr.md."""
 
 from typing import Any
 
-from .set_ranking_loss import BOX_TERMS, RANKINGS, SetRankingLoss
+from .set_prediction_criterion import SET_PREDICTION_ARGUMENTS, set_prediction_criterion, set_ranking_loss
+from .set_ranking_loss import BOX_TERMS, SetRankingLoss
 
-__all__ = ["BOX_TERMS", "RANKINGS", "SetRankingLoss"]
+__all__ = [
+    "BOX_TERMS",
+    "SET_PREDICTION_ARGUMENTS",
+    "SetRankingLoss",
+    "set_prediction_criterion",
+    "set_ranking_loss",
+]
+
+#: The functions of :mod:`.hf_loss_function`, imported (with ``transformers``) when first asked for.
+HF_FUNCTIONS = ("attach_ranking_loss", "restore_loss", "use_ranking_loss")
 
 
 def __getattr__(name: str) -> Any:
-    """``use_ranking_loss`` from :mod:`.hf_loss_function`, imported (with ``transformers``) when first asked for."""
-    if name == "use_ranking_loss":
-        from .hf_loss_function import use_ranking_loss
+    """The functions of :data:`HF_FUNCTIONS` from :mod:`.hf_loss_function`, imported when first asked for."""
+    if name in HF_FUNCTIONS:
+        from . import hf_loss_function
 
-        return use_ranking_loss
+        return getattr(hf_loss_function, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

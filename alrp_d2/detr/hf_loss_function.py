@@ -1,13 +1,15 @@
 """The set-prediction ranking loss as the ``loss_function`` of Hugging Face's DETR-family detectors (transformers
 5.23): :func:`use_ranking_loss` switches an ``RTDetrForObjectDetection``, ``RTDetrV2ForObjectDetection`` or
-``DeformableDetrForObjectDetection`` (one- or two-stage) to Rank & Sort, aLRP, AP Loss or any registered criterion,
-and the model then trains through its own ``model(pixel_values=..., labels=...)``, hence HF's ``Trainer``.
+``DeformableDetrForObjectDetection`` (one- or two-stage) to Rank & Sort, aLRP, AP Loss or any ranking criterion, and
+the model then trains through its own ``model(pixel_values=..., labels=...)``, hence HF's ``Trainer``;
+:func:`restore_loss` gives the model its own loss back.
 
-The seam is the model's ``loss_function`` (``PreTrainedModel.loss_function`` returns ``model._loss_function`` when it
-is set, else ``LOSS_MAPPING[model.loss_type]``): the model's forward calls it with the logits and boxes of every
-decoder layer and, for RT-DETR, the encoder's top-k proposals and the denoising meta values. Deformable-DETR's forward
-gives its loss function no encoder output, so its two-stage encoder-proposal term (which HF's own loss omits) is added
-by a forward hook on the model, from ``outputs.enc_outputs_class`` and ``enc_outputs_coord_logits``.
+The seam is the model's public ``loss_function`` (``PreTrainedModel.loss_function`` returns the value set there,
+else ``LOSS_MAPPING[model.loss_type]``): the model's forward calls it with the logits and boxes of every decoder
+layer and, for RT-DETR, the encoder's top-k proposals and the denoising meta values. What a family's call holds is
+keyed as HF keys its loss, by ``model.loss_type`` (:data:`LOSS_FAMILIES`). Deformable-DETR's forward gives its loss
+function no encoder output, so its two-stage encoder-proposal term (which HF's own loss omits) is added by a forward
+hook on the model, from ``outputs.enc_outputs_class`` and ``enc_outputs_coord_logits``.
 
 This is the only module of the package that imports ``transformers`` (the ``detr`` extra).
 """
@@ -15,28 +17,30 @@ This is the only module of the package that imports ``transformers`` (the ``detr
 from __future__ import annotations
 
 import inspect
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor, nn
-from transformers import (
-    DeformableDetrForObjectDetection,
-    PreTrainedModel,
-    RTDetrForObjectDetection,
-    RTDetrV2ForObjectDetection,
-)
+from transformers import PreTrainedModel
 from transformers.loss.loss_deformable_detr import DeformableDetrHungarianMatcher
 from transformers.loss.loss_rt_detr import RTDetrHungarianMatcher, RTDetrLoss
 from transformers.models.deformable_detr.modeling_deformable_detr import DeformableDetrObjectDetectionOutput
 
+from ..criteria import RankingCriterion
 from .set_ranking_loss import SetRankingLoss
 
-__all__ = ["RankingLossFunction", "SetPrediction", "use_ranking_loss"]
+__all__ = [
+    "LOSS_FAMILIES",
+    "RankingLossFunction",
+    "SetPrediction",
+    "attach_ranking_loss",
+    "restore_loss",
+    "use_ranking_loss",
+]
 
-Indices = List[Tuple[Tensor, Tensor]]
 Targets = Sequence[Dict[str, Tensor]]
-
-RT_DETR_MODELS = (RTDetrForObjectDetection, RTDetrV2ForObjectDetection)
+Indices = List[Tuple[Tensor, Tensor]]
+LossOutput = Tuple[Tensor, Dict[str, Tensor], Optional[List[Dict[str, Tensor]]]]
 
 
 class SetPrediction(NamedTuple):
@@ -60,67 +64,97 @@ def decoder_layers(num_layers: int, auxiliary_loss: bool) -> range:
     return range(num_layers) if auxiliary_loss else range(num_layers - 1, num_layers)
 
 
-def rt_detr_predictions(
-    outputs_class: Tensor,
-    outputs_coord: Tensor,
-    enc_topk_logits: Optional[Tensor],
-    enc_topk_bboxes: Optional[Tensor],
-    denoising_meta_values: Optional[Dict[str, Any]],
-    labels: Targets,
-    auxiliary_loss: bool,
+def rt_detr_sets(
+    outputs_class: Tensor, outputs_coord: Tensor, labels: Targets, config: Any, outputs: Dict[str, Any]
 ) -> List[SetPrediction]:
     """RT-DETR (v1, v2): per decoder layer its matching queries and, in training, its denoising queries (the first
     ``dn_num_split[0]`` queries, matched as HF's ``RTDetrLoss.get_cdn_matched_indices``); then the encoder's top-k
     proposals. ``outputs_class`` [B, L, Q, C] and ``outputs_coord`` [B, L, Q, 4]."""
     classes, coords = outputs_class.transpose(0, 1), outputs_coord.transpose(0, 1)
     num_layers = len(classes)
-    layers = decoder_layers(num_layers, auxiliary_loss)
-    num_dn = 0 if denoising_meta_values is None else denoising_meta_values["dn_num_split"][0]
+    layers = decoder_layers(num_layers, config.auxiliary_loss)
+    denoising = outputs.get("denoising_meta_values")
+    num_dn = 0 if denoising is None else denoising["dn_num_split"][0]
     predictions = [
         SetPrediction(layer_suffix(i, num_layers), classes[i][:, num_dn:], coords[i][:, num_dn:], None) for i in layers
     ]
-    if denoising_meta_values is not None:
-        dn_indices = RTDetrLoss.get_cdn_matched_indices(denoising_meta_values, labels)
+    if denoising is not None:
+        dn_indices = RTDetrLoss.get_cdn_matched_indices(denoising, labels)
         predictions += [
             SetPrediction(f"_dn_{i}", classes[i][:, :num_dn], coords[i][:, :num_dn], dn_indices) for i in layers
         ]
-    if enc_topk_logits is not None and enc_topk_bboxes is not None:
-        predictions.append(SetPrediction("_enc", enc_topk_logits, enc_topk_bboxes, None))
+    encoder_logits, encoder_boxes = outputs.get("enc_topk_logits"), outputs.get("enc_topk_bboxes")
+    if encoder_logits is not None and encoder_boxes is not None:
+        predictions.append(SetPrediction("_enc", encoder_logits, encoder_boxes, None))
     return predictions
 
 
-def deformable_detr_predictions(
-    outputs_class: Tensor, outputs_coord: Tensor, auxiliary_loss: bool
+def deformable_detr_sets(
+    outputs_class: Tensor, outputs_coord: Tensor, labels: Targets, config: Any, outputs: Dict[str, Any]
 ) -> List[SetPrediction]:
     """Deformable-DETR: per decoder layer its queries; ``outputs_class`` [L, B, Q, C], ``outputs_coord``
     [L, B, Q, 4]."""
     num_layers = len(outputs_class)
     return [
         SetPrediction(layer_suffix(i, num_layers), outputs_class[i], outputs_coord[i], None)
-        for i in decoder_layers(num_layers, auxiliary_loss)
+        for i in decoder_layers(num_layers, config.auxiliary_loss)
     ]
 
 
-class RankingLossFunction(nn.Module):
+class LossFamily(NamedTuple):
+    """What the loss function of one family of HF models is called with: its sets of predictions and its matcher."""
+
+    sets: Callable[[Tensor, Tensor, Targets, Any, Dict[str, Any]], List[SetPrediction]]
+    matcher: Callable[[Any], nn.Module]
+
+
+RT_DETR_FAMILY = LossFamily(rt_detr_sets, RTDetrHungarianMatcher)
+DEFORMABLE_DETR_FAMILY = LossFamily(
+    deformable_detr_sets,
+    lambda config: DeformableDetrHungarianMatcher(config.class_cost, config.bbox_cost, config.giou_cost),
+)
+#: The families by HF's ``model.loss_type`` (the keys of ``transformers.loss.loss_utils.LOSS_MAPPING``).
+LOSS_FAMILIES: Dict[str, LossFamily] = {
+    "RTDetrForObjectDetection": RT_DETR_FAMILY,
+    "RTDetrV2ForObjectDetection": RT_DETR_FAMILY,
+    "DeformableDetrForObjectDetection": DEFORMABLE_DETR_FAMILY,
+}
+
+
+def rank_sets(
+    loss: SetRankingLoss, matcher: nn.Module, sets: Sequence[SetPrediction], labels: Targets
+) -> Dict[str, Tensor]:
+    """The terms of every set, its keys suffixed by the set's: each set matched by ``matcher`` (the denoising sets by
+    their known targets) and ranked on its own by ``loss``, in the same order on every worker. The one place that
+    ranks a step's sets."""
+    loss_dict: Dict[str, Tensor] = {}
+    for prediction in sets:
+        indices = prediction.indices
+        if indices is None:
+            indices = matcher({"logits": prediction.logits, "pred_boxes": prediction.boxes}, labels)
+        terms = loss(prediction.logits, prediction.boxes, indices, labels)
+        loss_dict.update((key + prediction.suffix, value) for key, value in terms.items())
+    return loss_dict
+
+
+class RankingLossFunction:
     """A DETR's ``loss_function``: HF's call (``logits, labels, device, pred_boxes, config, outputs_class,
-    outputs_coord``, and RT-DETR's keywords) in, HF's ``(loss, loss_dict, auxiliary_outputs)`` out.
+    outputs_coord`` and the family's keywords) in, HF's ``(loss, loss_dict, auxiliary_outputs)`` out.
 
     Every set of predictions (:class:`SetPrediction`) is matched by HF's own Hungarian matcher with the model
-    config's costs (the denoising queries by their known targets) and ranked on its own by :attr:`loss`; its terms
-    enter ``loss_dict`` under their keys with the set's suffix, already weighted, and ``loss`` is the sum of all of
-    them (HF's RT-DETR loss drops every key missing from its weight dict: here nothing is dropped). With
-    ``ranking="global"`` the loss ranks and normalises over all workers: HF's ``num_boxes``, a per-worker count, is
-    not used.
+    config's costs and ranked on its own by :attr:`loss`; its terms enter ``loss_dict`` under their keys with the
+    set's suffix, already weighted, and ``loss`` is the sum of all of them (HF's RT-DETR loss drops every key missing
+    from its weight dict: here nothing is dropped). With ``ranking="global"`` the loss ranks and normalises over all
+    workers: HF's ``num_boxes``, a per-worker count, is not used.
     """
 
-    def __init__(self, loss: SetRankingLoss, matcher: nn.Module, rt_detr: bool):
-        super().__init__()
+    def __init__(self, loss: SetRankingLoss, family: LossFamily, config: Any):
         self.loss = loss
-        self.matcher = matcher
-        self.rt_detr = rt_detr
+        self.family = family
+        self.matcher = family.matcher(config)
         self.encoder_hook: Optional[torch.utils.hooks.RemovableHandle] = None
 
-    def forward(
+    def __call__(
         self,
         logits: Tensor,
         labels: Targets,
@@ -129,124 +163,112 @@ class RankingLossFunction(nn.Module):
         config: Any,
         outputs_class: Tensor,
         outputs_coord: Tensor,
-        enc_topk_logits: Optional[Tensor] = None,
-        enc_topk_bboxes: Optional[Tensor] = None,
-        denoising_meta_values: Optional[Dict[str, Any]] = None,
-        **kwargs: Any,
-    ) -> Tuple[Tensor, Dict[str, Tensor], Optional[List[Dict[str, Tensor]]]]:
-        if self.rt_detr:
-            predictions = rt_detr_predictions(
-                outputs_class,
-                outputs_coord,
-                enc_topk_logits,
-                enc_topk_bboxes,
-                denoising_meta_values,
-                labels,
-                config.auxiliary_loss,
-            )
-        else:
-            predictions = deformable_detr_predictions(outputs_class, outputs_coord, config.auxiliary_loss)
-        loss_dict = self.set_losses(predictions, labels)
-        return torch.stack(list(loss_dict.values())).sum(), loss_dict, self.auxiliary_outputs(predictions)
+        **outputs: Any,
+    ) -> LossOutput:
+        predictions = self.family.sets(outputs_class, outputs_coord, labels, config, outputs)
+        loss_dict = rank_sets(self.loss, self.matcher, predictions, labels)
+        return torch.stack(list(loss_dict.values())).sum(), loss_dict, auxiliary_outputs(predictions)
 
-    def set_losses(self, predictions: Sequence[SetPrediction], labels: Targets) -> Dict[str, Tensor]:
-        """The terms of every set, its keys suffixed by the set's (each set ranked on its own, in the same order on
-        every worker)."""
-        loss_dict: Dict[str, Tensor] = {}
-        for prediction in predictions:
-            indices = prediction.indices
-            if indices is None:
-                indices = self.matcher({"logits": prediction.logits, "pred_boxes": prediction.boxes}, labels)
-            terms = self.loss(prediction.logits, prediction.boxes, indices, labels)
-            loss_dict.update((key + prediction.suffix, value) for key, value in terms.items())
-        return loss_dict
+    def encoder_proposal_hook(self, labels_position: int) -> Callable[..., Any]:
+        """The forward hook of a two-stage Deformable-DETR that adds the ranking loss of the encoder's proposals
+        (``enc_outputs_class`` [B, S, C], ``sigmoid(enc_outputs_coord_logits)``) with every target of class 0, as the
+        two-stage Deformable-DETR of Zhu et al. trains its proposals (the top-k reads the class-0 logit), to
+        ``output.loss`` and ``output.loss_dict`` (keys suffixed ``_enc``). ``labels_position``: the index of
+        ``labels`` among the forward's positional arguments."""
 
-    @staticmethod
-    def auxiliary_outputs(predictions: Sequence[SetPrediction]) -> Optional[List[Dict[str, Tensor]]]:
-        """HF's ``outputs.auxiliary_outputs``: the intermediate decoder layers' and the encoder's predictions (not
-        the denoising ones), ``None`` without intermediate layers."""
-        auxiliary = [
-            {"logits": p.logits, "pred_boxes": p.boxes} for p in predictions if p.suffix.startswith(("_aux", "_enc"))
-        ]
-        return auxiliary or None
-
-    def add_encoder_proposal_term(
-        self, model: nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, Any], output: Any
-    ) -> Any:
-        """The forward hook of a two-stage Deformable-DETR: adds the ranking loss of the encoder's proposals
-        (``enc_outputs_class`` [B, S, C], ``sigmoid(enc_outputs_coord_logits)``) with every target of class 0, as
-        the two-stage Deformable-DETR of Zhu et al. trains its proposals (the top-k reads the class-0 logit), to
-        ``output.loss`` and ``output.loss_dict`` (keys suffixed ``_enc``)."""
-        labels = inspect.signature(model.forward).bind_partial(*args, **kwargs).arguments.get("labels")
-        if labels is None:
+        def hook(model: nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, Any], output: Any) -> Any:
+            labels = kwargs.get("labels", args[labels_position] if len(args) > labels_position else None)
+            if labels is None:
+                return output
+            if not isinstance(output, DeformableDetrObjectDetectionOutput):
+                raise TypeError(
+                    "use_ranking_loss: a two-stage Deformable-DETR called with labels must return its ModelOutput "
+                    f"(return_dict=True), got {type(output).__name__}"
+                )
+            assert output.enc_outputs_class is not None and output.enc_outputs_coord_logits is not None
+            assert output.loss is not None and output.loss_dict is not None
+            proposals = [{"class_labels": torch.zeros_like(t["class_labels"]), "boxes": t["boxes"]} for t in labels]
+            encoder = SetPrediction("_enc", output.enc_outputs_class, output.enc_outputs_coord_logits.sigmoid(), None)
+            terms = rank_sets(self.loss, self.matcher, [encoder], proposals)
+            output.loss = output.loss + torch.stack(list(terms.values())).sum()
+            output.loss_dict.update(terms)
             return output
-        if not isinstance(output, DeformableDetrObjectDetectionOutput):
-            raise TypeError(
-                "use_ranking_loss: a two-stage Deformable-DETR called with labels must return its ModelOutput "
-                f"(return_dict=True), got {type(output).__name__}"
-            )
-        logits, coord_logits, loss, loss_dict = (
-            output.enc_outputs_class,
-            output.enc_outputs_coord_logits,
-            output.loss,
-            output.loss_dict,
+
+        return hook
+
+
+def auxiliary_outputs(predictions: Sequence[SetPrediction]) -> Optional[List[Dict[str, Tensor]]]:
+    """HF's ``outputs.auxiliary_outputs``: the intermediate decoder layers' and the encoder's predictions (not the
+    denoising ones), ``None`` without intermediate layers."""
+    auxiliary = [
+        {"logits": p.logits, "pred_boxes": p.boxes} for p in predictions if p.suffix.startswith(("_aux", "_enc"))
+    ]
+    return auxiliary or None
+
+
+def loss_family(model: PreTrainedModel) -> LossFamily:
+    """The model's family by its ``loss_type``; a TypeError naming the supported classes otherwise."""
+    family = LOSS_FAMILIES.get(str(getattr(model, "loss_type", None)))
+    if family is None:
+        raise TypeError(
+            f"use_ranking_loss supports {', '.join(LOSS_FAMILIES)}, got {type(model).__name__} "
+            f"(loss_type {getattr(model, 'loss_type', None)!r})"
         )
-        assert logits is not None and coord_logits is not None and loss is not None and loss_dict is not None
-        proposals = [
-            {"class_labels": torch.zeros_like(target["class_labels"]), "boxes": target["boxes"]} for target in labels
-        ]
-        terms = self.set_losses([SetPrediction("_enc", logits, coord_logits.sigmoid(), None)], proposals)
-        output.loss = loss + torch.stack(list(terms.values())).sum()
-        loss_dict.update(terms)
-        return output
+    return family
+
+
+def restore_loss(model: PreTrainedModel) -> PreTrainedModel:
+    """Gives ``model`` its own loss back (``LOSS_MAPPING[model.loss_type]``): removes the ranking loss function and
+    every hook :func:`use_ranking_loss` added. A model that was not switched is returned unchanged."""
+    previous = model.__dict__.get("_loss_function")
+    if isinstance(previous, RankingLossFunction):
+        if previous.encoder_hook is not None:
+            previous.encoder_hook.remove()
+        # PreTrainedModel.loss_function has a public setter but no deleter: the value it set is removed where it lies.
+        del model._loss_function
+    return model
+
+
+def attach_ranking_loss(model: PreTrainedModel, loss: SetRankingLoss) -> PreTrainedModel:
+    """Trains ``model`` with ``loss`` on every set of its predictions (:class:`RankingLossFunction`), replacing a
+    ranking loss attached before. The loss is not saved by ``save_pretrained``: attach it again after
+    ``from_pretrained``."""
+    family = loss_family(model)
+    restore_loss(model)
+    loss_function = RankingLossFunction(loss, family, model.config)
+    if model.config.model_type == "deformable_detr" and model.config.two_stage:
+        parameters = list(inspect.signature(model.forward).parameters)
+        loss_function.encoder_hook = model.register_forward_hook(
+            loss_function.encoder_proposal_hook(parameters.index("labels")), with_kwargs=True
+        )
+    model.loss_function = loss_function
+    return model
 
 
 def config_box_weights(model: PreTrainedModel) -> Dict[str, float]:
     """The L1 and GIoU weights of the model's config (RT-DETR ``weight_loss_bbox`` / ``weight_loss_giou``,
     Deformable-DETR ``bbox_loss_coefficient`` / ``giou_loss_coefficient``): the fixed box weights' defaults."""
     config = model.config
-    if isinstance(model, RT_DETR_MODELS):
-        return {"l1_weight": config.weight_loss_bbox, "giou_weight": config.weight_loss_giou}
-    return {"l1_weight": config.bbox_loss_coefficient, "giou_weight": config.giou_loss_coefficient}
+    if model.config.model_type == "deformable_detr":
+        return {"l1_weight": config.bbox_loss_coefficient, "giou_weight": config.giou_loss_coefficient}
+    return {"l1_weight": config.weight_loss_bbox, "giou_weight": config.weight_loss_giou}
 
 
-def use_ranking_loss(model: PreTrainedModel, criterion: Any = "RankSortCriterion", **options: Any) -> PreTrainedModel:
-    """Trains ``model`` with the set-prediction ranking loss: sets its ``loss_function`` to a
-    :class:`RankingLossFunction` holding ``SetRankingLoss(criterion, **options)`` and HF's Hungarian matcher of the
-    model's config, and, for a two-stage Deformable-DETR, hooks the encoder-proposal term. Calling it again replaces
-    the previous loss. The loss is not saved by ``save_pretrained``: call it again after ``from_pretrained``.
+def use_ranking_loss(model: PreTrainedModel, criterion: RankingCriterion, **options: Any) -> PreTrainedModel:
+    """Trains ``model`` with ``SetRankingLoss(criterion, **options)`` on every set of its predictions
+    (:func:`attach_ranking_loss`); with ``box_terms="fixed"`` and no box weights given, the model config's.
 
     Args:
         model: an ``RTDetrForObjectDetection``, ``RTDetrV2ForObjectDetection`` or
             ``DeformableDetrForObjectDetection``.
-        criterion: a criterion registered by name (``"RankSortCriterion"``, ``"AlrpCriterion"``, ``"APCriterion"``,
-            ``"InterpolatedAPCriterion"``, a user's) or an instance.
-        options: ``SetRankingLoss``'s keywords (``box_terms``, ``ranking``, ``delta``, ...).
+        criterion: a ranking criterion (``RankSortCriterion(delta=0.5, loc_error_kind="giou")``, or one built by
+            name: ``alrp_d2.detr.set_prediction_criterion("AlrpCriterion")``).
+        options: ``SetRankingLoss``'s keywords (``box_terms``, ``ranking``, ``rank_weight``, ...).
 
     Returns:
         ``model``, switched.
     """
-    if isinstance(model, RT_DETR_MODELS):
-        matcher: nn.Module = RTDetrHungarianMatcher(model.config)
-    elif isinstance(model, DeformableDetrForObjectDetection):
-        config = model.config
-        matcher = DeformableDetrHungarianMatcher(config.class_cost, config.bbox_cost, config.giou_cost)
-    else:
-        raise TypeError(
-            "use_ranking_loss supports RTDetrForObjectDetection, RTDetrV2ForObjectDetection and "
-            f"DeformableDetrForObjectDetection, got {type(model).__name__}"
-        )
-    previous = getattr(model, "_loss_function", None)
-    if isinstance(previous, RankingLossFunction) and previous.encoder_hook is not None:
-        previous.encoder_hook.remove()
+    loss_family(model)
     if options.get("box_terms") == "fixed":
         options = {**config_box_weights(model), **options}
-    loss_function = RankingLossFunction(
-        SetRankingLoss(criterion, **options), matcher, rt_detr=isinstance(model, RT_DETR_MODELS)
-    ).to(model.device)
-    if isinstance(model, DeformableDetrForObjectDetection) and model.config.two_stage:
-        loss_function.encoder_hook = model.register_forward_hook(
-            loss_function.add_encoder_proposal_term, with_kwargs=True
-        )
-    model._loss_function = loss_function  # a submodule: it follows model.to() and model.train()
-    return model
+    return attach_ranking_loss(model, SetRankingLoss(criterion, **options))

@@ -1,13 +1,13 @@
 """Evaluation with LRP metrics (optimal LRP, its components, AP90, rank correlation) next to COCO
 AP, and inference filtered by the LRP-optimal per-class score thresholds.
 
-The LRP metric (:mod:`.lrp_metric`) and the COCO matching (:mod:`.coco_matching`) import without
+The LRP metric (:mod:`alrp_d2.lrp`) imports without
 detectron2; the evaluator and the predictor, which need detectron2, are imported on first access."""
 
 from importlib import import_module
 from typing import Any
 
-from .lrp_metric import optimal_lrp
+from ..lrp import optimal_lrp
 
 _DETECTRON2_NAMES = {
     "AlrpPredictor": ".predictor",

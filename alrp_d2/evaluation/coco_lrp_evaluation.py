@@ -1,5 +1,5 @@
 """COCO evaluation with optimal LRP, AP at IoU 0.90 and the classification/localisation rank
-correlation next to COCO AP (see :mod:`alrp_d2.evaluation.lrp_metric` for the definitions)."""
+correlation next to COCO AP (see :mod:`alrp_d2.lrp.lrp_metric` for the definitions)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from detectron2.utils.logger import create_small_table
 from pycocotools.cocoeval import COCOeval
 from tabulate import tabulate
 
-from .coco_matching import detection_matches
-from .lrp_metric import LRP_TAU, ClassResult, evaluate_classes, summarise
+from ..lrp.coco_matching import detection_matches
+from ..lrp.lrp_metric import LRP_TAU, ClassResult, evaluate_classes, summarise
 
 LRP_THRESHOLDS_FILE = "lrp_optimal_thresholds.json"
 #: The tasks that get LRP metrics, and the file of their LRP-optimal thresholds.
@@ -29,7 +29,7 @@ UNDEFINED_BECAUSE = {
     "oLRP": "no class has ground truth",
     "oLRP_loc": "no class has a true positive",
     "oLRP_FP": "no class has a true positive",
-    "oLRP_FN": "no class has a true positive",
+    "oLRP_FN": "no class has ground truth",
     "AP90": "no class has ground truth",
     "rho": "no class has two true positives with distinct scores and distinct IoUs",
 }
@@ -108,12 +108,13 @@ def check_finite_detections(predictions: Sequence[Mapping[str, Any]]) -> None:
 class COCOLRPEvaluator(COCOEvaluator):
     """detectron2's COCOEvaluator whose ``results["bbox"]`` (and ``results["segm"]`` for instance
     masks, with the masks' IoUs, as the official LRP code evaluates segmentation) also holds ``oLRP``, ``oLRP_loc``,
-    ``oLRP_FP``, ``oLRP_FN`` (x100, means over classes with ground truth; components over
-    classes with a true positive), ``AP90`` (x100), ``rho`` (mean Spearman correlation between
+    ``oLRP_FP``, ``oLRP_FN`` (x100, means over classes with ground truth; the localisation and FP
+    components over classes with a true positive), ``AP90`` (x100), ``rho`` (mean Spearman correlation between
     scores and IoUs of the TPs, in [-1, 1]) and ``oLRP-<class name>`` (``oLRP-<name> (id <id>)`` for a
     name that several classes share). The LRP-optimal score threshold of every class is written to
     ``<output_dir>/lrp_optimal_thresholds.json`` (``..._segm.json`` for masks) as ``{"model":
-    model_record, "task": "bbox" or "segm", "thresholds": {category id: {"name", "threshold"}}}``;
+    model_record, "task": "bbox" or "segm", "images": {"dataset", "evaluated", "of"}, "thresholds": {category id:
+    {"name", "threshold"}}}`` (``images``: how many of the dataset's images they were computed on);
     ``model_record`` ({"architecture", "weights_sha256"}, from ``AlrpTrainer.test``; None when
     unknown) lets :class:`~alrp_d2.evaluation.LRPThresholdPredictor` refuse the file for another model.
 
@@ -174,7 +175,8 @@ class COCOLRPEvaluator(COCOEvaluator):
         per_class = per_class_olrp(class_labels(class_ids, class_names), classes)
         if len(per_class) > 1:
             self._logger.info(f"Per-category {iou_type} oLRP: \n" + per_class_table(per_class))
-        self._save_thresholds(lrp_optimal_thresholds(class_ids, class_names, classes), iou_type)
+        thresholds = lrp_optimal_thresholds(class_ids, class_names, classes)
+        self._save_thresholds(thresholds, iou_type, self._evaluated_images(coco_eval))
         return {**summary, **{f"oLRP-{name}": olrp for name, olrp in per_class}}
 
     def _log_undefined(self, summary: Dict[str, float], classes: Sequence[ClassResult], class_names: List[str]) -> None:
@@ -188,12 +190,21 @@ class COCOLRPEvaluator(COCOEvaluator):
             if not np.isfinite(value):
                 self._logger.warning(f"{metric} is undefined and reported as NaN: {UNDEFINED_BECAUSE[metric]}.")
 
-    def _save_thresholds(self, thresholds: Dict[int, Dict[str, Any]], iou_type: str) -> None:
+    def _evaluated_images(self, coco_eval: COCOeval) -> Dict[str, Any]:
+        """The images the thresholds come from: ``evaluated`` of the ``of`` images of ``dataset`` (fewer with
+        ``TEST.MAX_IMAGES`` / ``train.eval_max_images``, whose dataset records the one it was cut from)."""
+        evaluated = len(coco_eval.params.imgIds)
+        subset_of = self._metadata.get("evaluated_subset_of", None)
+        if subset_of is None:
+            return {"dataset": self._metadata.name, "evaluated": evaluated, "of": evaluated}
+        return {"dataset": subset_of["dataset"], "evaluated": evaluated, "of": int(subset_of["images"])}
+
+    def _save_thresholds(self, thresholds: Dict[int, Dict[str, Any]], iou_type: str, images: Dict[str, Any]) -> None:
         if not self._output_dir or not comm.is_main_process():
             return
         PathManager.mkdirs(self._output_dir)
         path = os.path.join(self._output_dir, LRP_THRESHOLD_FILES[iou_type])
-        content = {"model": self._model_record, "task": iou_type, "thresholds": thresholds}
+        content = {"model": self._model_record, "task": iou_type, "images": images, "thresholds": thresholds}
         with PathManager.open(path, "w") as f:
             json.dump(content, f, indent=2)
         self._logger.info(f"Saved LRP-optimal score thresholds to {path}")

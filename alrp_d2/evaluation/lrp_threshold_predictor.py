@@ -1,8 +1,9 @@
 """Inference keeping only the detections at or above their class's LRP-optimal score threshold
 (the thresholds :class:`~alrp_d2.evaluation.COCOLRPEvaluator` saves). A threshold file records the
-model (architecture and weights' fingerprint), the task ("bbox" or "segm") and the classes it was
-computed for; each must be the predictor's. Files of earlier versions, without the model and the
-task, are read with one warning."""
+model (architecture and weights' fingerprint), the task ("bbox" or "segm"), the classes it was
+computed for, each of which must be the predictor's, and the images it was computed on: thresholds of a
+subset (``TEST.MAX_IMAGES``, ``train.eval_max_images``) are used with a warning. Files of earlier
+versions, without the model and the task, are read with one warning."""
 
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ from .predictor import AlrpPredictor
 logger = logging.getLogger(__name__)
 
 RECORDED_KEYS = {"model", "task", "thresholds"}
+#: Recorded since the files say which images they come from.
+IMAGES_KEY = "images"
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,7 @@ class LRPThresholdFile:
     model: Optional[Mapping[str, Any]]
     task: Optional[str]
     entries: Dict[str, Any]
+    images: Optional[Mapping[str, Any]] = None
 
 
 def read_lrp_threshold_file(path: str) -> LRPThresholdFile:
@@ -51,7 +55,7 @@ def read_lrp_threshold_file(path: str) -> LRPThresholdFile:
         raise ValueError(
             f"{path} must hold a JSON object mapping category ids to thresholds, got {type(content).__name__}"
         )
-    if set(content) != RECORDED_KEYS:
+    if set(content) - {IMAGES_KEY} != RECORDED_KEYS:
         logger.warning(f"{path} records neither the model nor the task it was computed for (an earlier version)")
         return LRPThresholdFile(path, None, None, content)
     model, task, entries = content["model"], content["task"], content["thresholds"]
@@ -64,7 +68,34 @@ def read_lrp_threshold_file(path: str) -> LRPThresholdFile:
             f"{path}: 'task' must be one of {sorted(LRP_THRESHOLD_FILES)}, 'thresholds' an object and 'model' an "
             f"object or null; got task {task!r}, model {model!r}"
         )
-    return LRPThresholdFile(path, model, task, entries)
+    return LRPThresholdFile(path, model, task, entries, _images_record(content.get(IMAGES_KEY), path))
+
+
+def _images_record(images: Any, path: str) -> Optional[Mapping[str, Any]]:
+    """The file's ``images`` ({"dataset", "evaluated", "of"}; None in files that do not record them), checked."""
+    if images is None:
+        return None
+    counts: List[Any] = [images.get(key) for key in ("evaluated", "of")] if isinstance(images, dict) else []
+    if not (
+        len(counts) == 2
+        and all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in counts)
+        and counts[0] <= counts[1]
+    ):
+        raise ValueError(
+            f"{path}: 'images' must be {{'dataset', 'evaluated', 'of'}} with 0 <= evaluated <= of, got {images!r}"
+        )
+    return images
+
+
+def warn_if_subset(thresholds: LRPThresholdFile) -> None:
+    """Warns when the thresholds were computed on fewer images than their dataset holds."""
+    images = thresholds.images
+    if images is not None and images["evaluated"] < images["of"]:
+        logger.warning(
+            f"{thresholds.path} holds LRP-optimal thresholds computed on {images['evaluated']} of the {images['of']} "
+            f"images of {images.get('dataset')!r} (TEST.MAX_IMAGES / train.eval_max_images): evaluate all images "
+            "for thresholds of the whole dataset"
+        )
 
 
 def check_threshold_task(thresholds: LRPThresholdFile, task: str) -> None:
@@ -158,9 +189,10 @@ def load_lrp_thresholds(
     be of ``task`` and, when ``model_record`` is given and the file records its model, of that
     model; its entries ``{category id: {"name": ..., "threshold": number or null}}`` must name
     exactly these classes (the name-keyed ``{class name: threshold or null}`` of the earliest
-    version is accepted when the class names are unique)."""
+    version is accepted when the class names are unique). Warns when they come from a subset of the images."""
     thresholds = read_lrp_threshold_file(path)
     check_threshold_task(thresholds, task)
+    warn_if_subset(thresholds)
     if model_record is not None:
         check_threshold_model(thresholds, model_record)
     return _class_thresholds(thresholds, class_names, class_ids)
@@ -213,6 +245,7 @@ class LRPThresholdPredictor(AlrpPredictor):
         classes = _test_classes(cfg)
         thresholds = read_lrp_threshold_file(thresholds_path)
         check_threshold_task(thresholds, task)
+        warn_if_subset(thresholds)
         self.class_thresholds = _class_thresholds(thresholds, classes.names, classes.category_ids())
         super().__init__(cfg)
         model_record = {"architecture": cfg.MODEL.META_ARCHITECTURE, "weights_sha256": weights_fingerprint(self.model)}

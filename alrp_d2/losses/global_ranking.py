@@ -37,6 +37,7 @@ __all__ = [
     "RANKINGS",
     "PositiveExchange",
     "RankingGroup",
+    "check_ranking",
     "exchange_checked",
     "global_mean",
     "global_weighted_mean",
@@ -120,11 +121,19 @@ class PositiveExchange:
         return torch.cat([gathered[: self.local_start], scaled, gathered[end:]])
 
 
+def check_ranking(ranking: str) -> None:
+    """A ValueError unless ``ranking`` is one of :data:`RANKINGS`; the former spelling ``"local"`` is named by its
+    new one, ``"per_worker"``."""
+    if ranking == "local":
+        raise ValueError('ranking "local" is now called "per_worker" (one ranking per worker)')
+    if ranking not in RANKINGS:
+        raise ValueError(f"ranking must be one of {RANKINGS}, got {ranking!r}")
+
+
 def ranking_group(ranking: str, group: Optional[dist.ProcessGroup] = None) -> Optional[RankingGroup]:
     """The group a ranking loss ranks over: ``None`` for ``"per_worker"`` and whenever there is
     no initialised process group or a single worker (the per-worker loss is then the global one)."""
-    if ranking not in RANKINGS:
-        raise ValueError(f"ranking must be one of {RANKINGS}, got {ranking!r}")
+    check_ranking(ranking)
     if ranking == "per_worker" or not dist.is_available() or not dist.is_initialized():
         return None
     if dist.get_world_size(group) == 1:

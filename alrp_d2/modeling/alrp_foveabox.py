@@ -10,7 +10,7 @@ from detectron2.modeling import META_ARCH_REGISTRY
 from detectron2.structures import Boxes
 from torch import Tensor
 
-from ..config.checks import require_argument, require_config
+from ..config.checks import built_naming_config_keys, require_argument
 from .dense_boxes import DenseBoxes, DensePositives
 from .dense_ranking_detector import DenseRankingDetector
 from .foveabox import FoveaBox
@@ -47,6 +47,7 @@ class AlrpFoveaBox(DenseRankingDetector, FoveaBox):
 
     ranking_loss_name = "fovea"
 
+    @built_naming_config_keys({"loc_target": "MODEL.FOVEABOX.ALRP_LOC_TARGET"})
     @configurable
     def __init__(self, *, loc_target: str = "gt_box", **kwargs):
         """
@@ -66,11 +67,8 @@ class AlrpFoveaBox(DenseRankingDetector, FoveaBox):
 
     @classmethod
     def from_config(cls, cfg) -> Dict:
-        loc_target = cfg.MODEL.FOVEABOX.ALRP_LOC_TARGET
-        key = "MODEL.FOVEABOX.ALRP_LOC_TARGET"
-        require_config(loc_target in FOVEABOX_LOC_TARGETS, key, loc_target, f"must be one of {FOVEABOX_LOC_TARGETS}")
         ret = super().from_config(cfg)
-        ret["loc_target"] = loc_target
+        ret["loc_target"] = cfg.MODEL.FOVEABOX.ALRP_LOC_TARGET
         return ret
 
     def dense_boxes(self, anchors: List[Boxes], pred_anchor_deltas: List[Tensor], gt_boxes: List[Tensor]) -> DenseBoxes:

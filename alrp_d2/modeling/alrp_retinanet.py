@@ -10,7 +10,7 @@ from detectron2.modeling import META_ARCH_REGISTRY, RetinaNet
 from detectron2.structures import Boxes, Instances
 from torch import Tensor
 
-from ..config.checks import require_config, require_integer
+from ..config.checks import naming_config_keys, require_config
 from .atss import AtssMatcher
 from .batch_matcher import label_anchors_batched
 from .dense_ranking_detector import DenseRankingDetector
@@ -59,14 +59,18 @@ class AlrpRetinaNet(DenseRankingDetector, KeepEmptyDetections, OfficialOrderInfe
         ret = super().from_config(cfg)
         alrp = cfg.MODEL.ALRP
         require_config(alrp.MATCHER in MATCHERS, "MODEL.ALRP.MATCHER", alrp.MATCHER, f"must be one of {MATCHERS}")
-        require_integer("MODEL.ALRP.ATSS_TOPK", alrp.ATSS_TOPK, 1)
-        if alrp.MATCHER == "atss":
-            ret["anchor_matcher"] = AtssMatcher(alrp.ATSS_TOPK)
-        else:
-            retinanet = cfg.MODEL.RETINANET
-            ret["anchor_matcher"] = MinIoULowQualityMatcher(
-                retinanet.IOU_THRESHOLDS, retinanet.IOU_LABELS, min_iou=0.0, low_quality_gt=alrp.LOW_QUALITY_MATCH_GT
-            )
+        matcher_keys = {"topk": "MODEL.ALRP.ATSS_TOPK", "low_quality_gt": "MODEL.ALRP.LOW_QUALITY_MATCH_GT"}
+        with naming_config_keys(cfg, matcher_keys):
+            if alrp.MATCHER == "atss":
+                ret["anchor_matcher"] = AtssMatcher(alrp.ATSS_TOPK)
+            else:
+                retinanet = cfg.MODEL.RETINANET
+                ret["anchor_matcher"] = MinIoULowQualityMatcher(
+                    retinanet.IOU_THRESHOLDS,
+                    retinanet.IOU_LABELS,
+                    min_iou=0.0,
+                    low_quality_gt=alrp.LOW_QUALITY_MATCH_GT,
+                )
         ret["official_inference"] = alrp.OFFICIAL_INFERENCE
         ret["keep_empty_detections"] = cfg.TEST.KEEP_EMPTY_DETECTIONS
         return ret

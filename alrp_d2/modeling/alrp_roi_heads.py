@@ -4,21 +4,21 @@ heads of RS R-CNN and RS Mask R-CNN (Oksuz et al., ICCV 2021)."""
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 from detectron2.config import CfgNode, configurable
 from detectron2.layers import ShapeSpec, cat
 from detectron2.modeling import ROI_HEADS_REGISTRY, StandardROIHeads
-from detectron2.modeling.roi_heads import FastRCNNOutputLayers, select_foreground_proposals
+from detectron2.modeling.roi_heads import ROI_MASK_HEAD_REGISTRY, FastRCNNOutputLayers, select_foreground_proposals
 from detectron2.structures import ImageList, Instances
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from ..config.checks import require_argument
 from ..criteria.targets import RowLabels
 from .head_ranking_loss import HeadLoss, HeadRankingLoss
 from .proposal_boxes import ProposalBoxes
-from .rank_sort_mask_head import RankSortMaskHead
 
 __all__ = ["AlrpFastRCNNOutputLayers", "AlrpROIHeads", "keep_every_proposal"]
 
@@ -54,16 +54,18 @@ class AlrpFastRCNNOutputLayers(FastRCNNOutputLayers):
         self.ranking_loss = ranking_loss
 
     @classmethod
-    def from_config(cls, cfg: CfgNode, input_shape: ShapeSpec) -> Dict:
+    def from_config(cls, cfg: CfgNode, input_shape: ShapeSpec, balanced_tasks: Sequence[str] = ()) -> Dict:
+        """detectron2's arguments and the ranking loss "box", which balances ``balanced_tasks`` (the mask head's
+        task, :meth:`AlrpROIHeads.box_balanced_tasks`)."""
         if cfg.MODEL.ROI_BOX_HEAD.CLS_AGNOSTIC_BBOX_REG:
             raise ValueError(
                 "Invalid config value MODEL.ROI_BOX_HEAD.CLS_AGNOSTIC_BBOX_REG=True: "
                 "aLRP Faster R-CNN regresses class-specific boxes (App. G.4)"
             )
         ret = super().from_config(cfg, input_shape)
-        rank_sort_mask = cfg.MODEL.MASK_ON and cfg.MODEL.ROI_MASK_HEAD.NAME == RankSortMaskHead.__name__
-        tasks = ("mask",) if rank_sort_mask else ()
-        ret["ranking_loss"] = HeadRankingLoss.from_config(cfg, "box", balanced_tasks=tasks)
+        ret["ranking_loss"] = HeadRankingLoss.from_config(
+            cfg, "box", balanced_tasks=balanced_tasks, argument_keys={"balanced_tasks": "MODEL.ALRP.CRITERION"}
+        )
         return ret
 
     def losses(self, predictions: Predictions, proposals: List[Instances]) -> Dict[str, Tensor]:
@@ -103,19 +105,49 @@ class AlrpROIHeads(StandardROIHeads):
     trains the box head (App. G.4); MODEL.ROI_HEADS.BATCH_SIZE_PER_IMAGE and
     POSITIVE_FRACTION are unused.
 
-    With MODEL.MASK_ON and MODEL.ROI_MASK_HEAD.NAME "RankSortMaskHead" (RS Mask R-CNN, the official
-    ``RankBasedStandardRoIHead``), the box head's criterion weights the mask loss (``balanced_tasks`` "mask") and
-    training passes the box head's step to the mask head explicitly: each foreground proposal's mask loss is weighted
-    by the criterion's weight of that positive (Rank & Sort Loss: its detached best class score), at most
-    MODEL.ALRP.MASK_MAX_POSITIVES foreground proposals of the batch (a random subset when there are more) train the
-    mask head, and its loss is balanced by the criterion (:meth:`HeadRankingLoss.balance_task`; Rank & Sort Loss:
-    ``loss_mask = (L_rank + L_sort) / L_mask * L_mask`` with the box head's values of the step).
+    A mask head that declares its loss a task of the box head (``box_balanced_task``: RS Mask R-CNN's
+    :class:`~alrp_d2.modeling.RankSortMaskHead`, the official ``RankBasedStandardRoIHead``) is trained with the box
+    head's step, passed as an argument: the box head's criterion must balance the task (``balanced_tasks``), each
+    foreground proposal's mask loss is weighted by the criterion's weight of that positive (Rank & Sort Loss: its
+    detached best class score), at most MODEL.ALRP.MASK_MAX_POSITIVES foreground proposals of the batch (a random
+    subset when there are more) train the mask head, and its loss is balanced by the criterion
+    (:meth:`HeadRankingLoss.balance_task`; Rank & Sort Loss: ``loss_mask = (L_rank + L_sort) / L_mask * L_mask`` with
+    the box head's values of the step).
     """
+
+    @configurable
+    def __init__(self, **kwargs):
+        """
+        Args:
+            kwargs: :class:`StandardROIHeads` arguments; the box predictor's ranking loss balances the task the mask
+                head declares (``box_balanced_task``), and only that one.
+        """
+        super().__init__(**kwargs)
+        balanced = self.box_predictor.ranking_loss.balanced_tasks
+        mask_head = type(self.mask_head) if self.mask_on else None
+        declared = self.box_balanced_tasks(mask_head)
+        require_argument(
+            tuple(balanced) == declared,
+            type(self).__name__,
+            "box_predictor.ranking_loss.balanced_tasks",
+            tuple(balanced),
+            f"must be {declared}, the tasks the mask head {getattr(mask_head, '__name__', None)} declares "
+            "(box_balanced_task)",
+        )
+
+    @staticmethod
+    def box_balanced_tasks(mask_head: Optional[type]) -> Tuple[str, ...]:
+        """The task of the box head that the class ``mask_head`` declares its loss to be (``box_balanced_task``), or
+        none (detectron2's mask heads, no mask head)."""
+        task = getattr(mask_head, "box_balanced_task", None)
+        return (task,) if task else ()
 
     @classmethod
     def _init_box_head(cls, cfg: CfgNode, input_shape: Dict[str, ShapeSpec]) -> Dict:
         ret = super()._init_box_head(cfg, input_shape)
-        ret["box_predictor"] = AlrpFastRCNNOutputLayers(cfg, ret["box_head"].output_shape)
+        mask_head = ROI_MASK_HEAD_REGISTRY.get(cfg.MODEL.ROI_MASK_HEAD.NAME) if cfg.MODEL.MASK_ON else None
+        tasks = cls.box_balanced_tasks(mask_head)
+        ret["box_predictor"] = AlrpFastRCNNOutputLayers(cfg, ret["box_head"].output_shape, balanced_tasks=tasks)
         return ret
 
     def forward(
@@ -125,9 +157,10 @@ class AlrpROIHeads(StandardROIHeads):
         proposals: List[Instances],
         targets: Optional[List[Instances]] = None,
     ):
-        """detectron2's ``forward``; in training, when the box head's criterion weights the mask loss
-        (``balanced_tasks`` "mask"), the box head's step reaches the mask head as an argument."""
-        if not (self.training and "mask" in self.box_predictor.ranking_loss.balanced_tasks):
+        """detectron2's ``forward``. In training with a mask head that the box head balances, the box head's step
+        reaches the mask head as an argument: detectron2's forward passes nothing from ``_forward_box`` to
+        ``_forward_mask`` but losses, so this one calls its parts (labelling, the keypoint head) around the two."""
+        if not (self.training and self.box_predictor.ranking_loss.balanced_tasks):
             return super().forward(images, features, proposals, targets)
         proposals = self.label_and_sample_proposals(proposals, targets)
         box_features = self.box_pooler(
@@ -140,10 +173,10 @@ class AlrpROIHeads(StandardROIHeads):
         return proposals, losses
 
     def _balanced_mask_loss(self, features: Dict[str, Tensor], proposals: List[Instances], box: HeadLoss) -> Tensor:
-        """The loss of the :class:`RankSortMaskHead` on at most ``max_positives`` foreground proposals (the box
-        positives), each weighted by the criterion's ``positive_weights`` and the whole by its ``task_weight`` of
-        the box head's step."""
-        mask_head: RankSortMaskHead = self.mask_head
+        """The loss of the mask head on at most ``max_positives`` foreground proposals (the box positives), each
+        weighted by the criterion's ``positive_weights`` and the whole by its ``task_weight`` of the box head's
+        step."""
+        mask_head = self.mask_head
         foreground, _ = select_foreground_proposals(proposals, self.num_classes)
         count = sum(len(image) for image in foreground)
         weights = box.output.positive_weights
@@ -163,7 +196,8 @@ class AlrpROIHeads(StandardROIHeads):
         else:
             mask_features = {f: features[f] for f in self.mask_in_features}
         loss = mask_head.weighted_loss(mask_features, instances, weights)
-        return self.box_predictor.ranking_loss.balance_task("mask", loss, box)
+        balanced, _ = self.box_predictor.ranking_loss.balance_task(mask_head.box_balanced_task, loss, box)
+        return balanced
 
     def _sample_proposals(
         self, matched_idxs: Tensor, matched_labels: Tensor, gt_classes: Tensor

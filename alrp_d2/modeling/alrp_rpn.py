@@ -13,8 +13,7 @@ from detectron2.modeling.proposal_generator import RPN, StandardRPNHead
 from detectron2.structures import Boxes
 from torch import Tensor, nn
 
-from ..config.checks import require_config
-from ..config.hyperparameter_ranges import weight_problem
+from ..config.checks import naming_config_keys
 from ..criteria.config_keys import RPN_KEYS
 from .dense_boxes import DenseBoxes
 from .dense_ranking_detector import dense_ranking_loss
@@ -45,12 +44,13 @@ class MinIoULowQualityRPN(RPN):
     def from_config(cls, cfg: CfgNode, input_shape: Dict[str, ShapeSpec]) -> Dict:
         alrp = cfg.MODEL.ALRP
         ret = super().from_config(cfg, input_shape)
-        ret["anchor_matcher"] = MinIoULowQualityMatcher(
-            cfg.MODEL.RPN.IOU_THRESHOLDS,
-            cfg.MODEL.RPN.IOU_LABELS,
-            min_iou=alrp.RPN_LOW_QUALITY_MIN_IOU,
-            low_quality_gt=alrp.LOW_QUALITY_MATCH_GT,
-        )
+        with naming_config_keys(cfg, {"low_quality_gt": "MODEL.ALRP.LOW_QUALITY_MATCH_GT"}):
+            ret["anchor_matcher"] = MinIoULowQualityMatcher(
+                cfg.MODEL.RPN.IOU_THRESHOLDS,
+                cfg.MODEL.RPN.IOU_LABELS,
+                min_iou=alrp.RPN_LOW_QUALITY_MIN_IOU,
+                low_quality_gt=alrp.LOW_QUALITY_MATCH_GT,
+            )
         with_objectness_prior(ret["head"], alrp.RPN_PRIOR_PROB)
         return ret
 
@@ -80,15 +80,13 @@ class AlrpRPN(MinIoULowQualityRPN):
 
     @classmethod
     def from_config(cls, cfg: CfgNode, input_shape: Dict[str, ShapeSpec]) -> Dict:
-        alrp = cfg.MODEL.ALRP
-        problem = weight_problem(alrp.RPN_WEIGHT)
-        require_config(problem is None, "MODEL.ALRP.RPN_WEIGHT", alrp.RPN_WEIGHT, str(problem))
         ret = super().from_config(cfg, input_shape)
         ret["ranking_loss"] = HeadRankingLoss.from_config(
             cfg,
             "rpn",
             keys=RPN_KEYS,
-            loss_weight=alrp.RPN_WEIGHT,
+            loss_weight=cfg.MODEL.ALRP.RPN_WEIGHT,
+            argument_keys={"loss_weight": "MODEL.ALRP.RPN_WEIGHT"},
         )
         return ret
 

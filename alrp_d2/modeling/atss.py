@@ -10,6 +10,7 @@ import torch
 from detectron2.structures import Boxes, pairwise_iou
 from torch import Tensor
 
+from ..config.checks import require_argument
 from .padding import pad_per_image, valid_entries
 
 __all__ = ["AtssMatcher"]
@@ -27,8 +28,8 @@ class AtssMatcher:
     INSIDE_MARGIN = 0.01
 
     def __init__(self, topk: int = 9):
-        if topk < 1:
-            raise ValueError(f"ATSS topk must be >= 1, got {topk}")
+        integer = isinstance(topk, int) and not isinstance(topk, bool) and topk >= 1
+        require_argument(integer, type(self).__name__, "topk", topk, "must be an integer >= 1")
         self.topk = topk
 
     def __call__(self, gt_boxes: Boxes, anchors: List[Boxes]) -> Tuple[Tensor, Tensor]:

@@ -3,13 +3,14 @@ of its last step."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, NamedTuple, Optional, Sequence, Tuple
+from types import MappingProxyType
+from typing import Any, Dict, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 from detectron2.config import CfgNode
 from torch import Tensor, nn
 
-from ..config.checks import require_argument, require_config
+from ..config.checks import naming_config_keys, require_argument
 from ..config.hyperparameter_ranges import loc_weight_problem, weight_problem
 from ..criteria.config_keys import HEAD_KEYS, HeadKeys
 from ..criteria.correlation_term import correlation_terms
@@ -44,11 +45,14 @@ class HeadLoss(NamedTuple):
         output: the criterion's output of the step (``loss_cls`` NaN when a label was out of range), from which it
             weights the head's other tasks (:meth:`HeadRankingLoss.balance_task`,
             :attr:`~alrp_d2.criteria.CriterionOutput.positive_weights`).
+        statistics: the step's record, with the balanced tasks' values once :meth:`HeadRankingLoss.balance_task`
+            has added them.
     """
 
     losses: Dict[str, Tensor]
     positives: PositiveTargets
     output: CriterionOutput
+    statistics: RankingStatistics
 
 
 class HeadRankingLoss(nn.Module):
@@ -138,38 +142,32 @@ class HeadRankingLoss(nn.Module):
         keys: HeadKeys = HEAD_KEYS,
         loss_weight: float = 1.0,
         balanced_tasks: Sequence[str] = (),
+        argument_keys: Mapping[str, str] = MappingProxyType({}),
     ) -> HeadRankingLoss:
         """The loss of head ``name`` from MODEL.ALRP: the criterion of MODEL.ALRP.CRITERION with the head's delta and
         tau (``keys``), self-balanced from SB_INIT_WEIGHT or with the constant LOC_WEIGHT, and the Correlation Loss
-        term of MODEL.ALRP.CORR_WEIGHT > 0."""
+        term of MODEL.ALRP.CORR_WEIGHT > 0. The constructor's errors name the keys of its arguments, and
+        ``argument_keys`` those of the caller's (``loss_weight``, ``balanced_tasks``)."""
         alrp = cfg.MODEL.ALRP
-        for key in ("SB_INIT_WEIGHT", "LOC_WEIGHT"):
-            problem = loc_weight_problem(alrp[key])
-            require_config(problem is None, f"MODEL.ALRP.{key}", alrp[key], str(problem))
         criterion = build_ranking_criterion(cfg, keys)
-        require_config(
-            not alrp.SB_ENABLED or criterion.allows_self_balance,
-            "MODEL.ALRP.SB_ENABLED",
-            alrp.SB_ENABLED,
-            f"must be False with MODEL.ALRP.CRITERION {alrp.CRITERION!r}, which balances the localisation loss itself",
-        )
-        require_config(
-            not balanced_tasks or criterion.balances_tasks,
-            "MODEL.ALRP.CRITERION",
-            alrp.CRITERION,
-            f"must name a criterion that balances the head's other tasks {tuple(balanced_tasks)} (their head, e.g. "
-            "MODEL.ROI_MASK_HEAD.NAME 'RankSortMaskHead', is weighted by the box head's criterion)",
-        )
-        return cls(
-            name,
-            criterion=criterion,
-            loc_weight=alrp.SB_INIT_WEIGHT if alrp.SB_ENABLED else alrp.LOC_WEIGHT,
-            self_balanced=alrp.SB_ENABLED,
-            loss_weight=loss_weight,
-            ranking=alrp.RANKING,
-            balanced_tasks=balanced_tasks,
-            terms=correlation_terms(cfg),
-        )
+        loc_weight_key = "MODEL.ALRP.SB_INIT_WEIGHT" if alrp.SB_ENABLED else "MODEL.ALRP.LOC_WEIGHT"
+        own_keys = {
+            "loc_weight": loc_weight_key,
+            "self_balanced": "MODEL.ALRP.SB_ENABLED",
+            "ranking": "MODEL.ALRP.RANKING",
+        }
+        terms = correlation_terms(cfg)
+        with naming_config_keys(cfg, {**own_keys, **argument_keys}):
+            return cls(
+                name,
+                criterion=criterion,
+                loc_weight=alrp.SB_INIT_WEIGHT if alrp.SB_ENABLED else alrp.LOC_WEIGHT,
+                self_balanced=alrp.SB_ENABLED,
+                loss_weight=loss_weight,
+                ranking=alrp.RANKING,
+                balanced_tasks=balanced_tasks,
+                terms=terms,
+            )
 
     @property
     def component_names(self) -> Tuple[str, ...]:
@@ -197,29 +195,30 @@ class HeadRankingLoss(nn.Module):
         output = self.criterion(logits, targets, loc_losses, group)
         check_criterion_output(self.criterion, output, logits, loc_losses)
         output = output._replace(loss_cls=torch.where(positives.labels_in_range, output.loss_cls, torch.nan))
-        tasks = {name: torch.zeros_like(output.loss_loc) for name in self._task_component_names}  # balance_task's
-        self._statistics = output.statistics.with_values(
-            cls=output.loss_cls, loc=output.loss_loc, **tasks, **logit_range(logits)
-        )
+        statistics = output.statistics.with_values(cls=output.loss_cls, loc=output.loss_loc, **logit_range(logits))
+        if not self.balanced_tasks:
+            self._statistics = statistics  # complete; else once balance_task has added every task
         losses = {
             f"loss_{self.name}_cls": self.loss_weight * output.loss_cls,
             f"loss_{self.name}_loc": (self.loss_weight * self.loc_weight * output.loc_factor) * output.loss_loc,
         }
         for term in self.terms:
             losses[f"loss_{self.name}_{term.name}"] = term(logits, positives, source, group)
-        return HeadLoss(losses, positives, output)
+        return HeadLoss(losses, positives, output, statistics)
 
-    def balance_task(self, task: str, loss: Tensor, step: HeadLoss) -> Tensor:
+    def balance_task(self, task: str, loss: Tensor, step: HeadLoss) -> Tuple[Tensor, HeadLoss]:
         """``loss`` of another task of the head (e.g. RS Mask R-CNN's mask loss) times the criterion's weight of it
         given the head's ``step`` (:meth:`~alrp_d2.criteria.RankingCriterion.task_weight`; Rank & Sort Loss:
-        ``(L_rank + L_sort) / loss``, as the official RS heads); its unweighted value and weight are logged as
-        ``sb/<name>/<task>`` and ``sb/<name>/<task>_weight``."""
+        ``(L_rank + L_sort) / loss``, as the official RS heads), and ``step`` whose record holds the task's
+        unweighted value and weight (logged as ``sb/<name>/<task>`` and ``sb/<name>/<task>_weight``). The record
+        with every balanced task is the step's statistics (:meth:`take_statistics`)."""
         if task not in self.balanced_tasks:
             raise ValueError(f"head {self.name!r} balances the tasks {self.balanced_tasks}, not {task!r}")
         weight = self.criterion.task_weight(step.output, loss)
-        if self._statistics is not None:
-            self._statistics = self._statistics.with_values(**{task: loss, f"{task}_weight": weight})
-        return (self.loss_weight * weight) * loss
+        step = step._replace(statistics=step.statistics.with_values(**{task: loss, f"{task}_weight": weight}))
+        if all(name in step.statistics.values for name in self._task_component_names):
+            self._statistics = step.statistics
+        return (self.loss_weight * weight) * loss, step
 
     def take_statistics(self) -> Optional[RankingStatistics]:
         """The statistics of the last :meth:`forward` (None if there was none since the last

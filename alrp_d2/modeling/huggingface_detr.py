@@ -1,5 +1,6 @@
 """A Hugging Face DETR (RT-DETR, RT-DETR v2, Deformable-DETR one- or two-stage) as a detectron2 meta-architecture,
-trained by a ranking criterion through :func:`alrp_d2.detr.use_ranking_loss`, or by the model's own loss.
+trained by a set-prediction ranking loss (:class:`alrp_d2.detr.SetRankingLoss`, attached by
+:func:`alrp_d2.detr.attach_ranking_loss`), or by the model's own loss.
 
 ``transformers`` (the ``detr`` extra) is imported when a model is built, not when this module is: importing
 ``alrp_d2.modeling`` registers the meta-architecture without it. docs/detr.md, "detectron2 detectors"."""
@@ -16,6 +17,8 @@ from detectron2.modeling.postprocessing import detector_postprocess
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from torch import Tensor, nn
 
+from ..config.checks import require_config
+from ..detr import SetRankingLoss, set_ranking_loss
 from .detr_detections import top_k_detections
 from .detr_inputs import detr_batch, hf_labels
 from .detr_pretrained import check_pretrained
@@ -96,10 +99,10 @@ class HuggingFaceDETR(nn.Module):
     sigmoid score, :func:`~alrp_d2.modeling.detr_detections.top_k_detections`, scaled as detectron2's
     ``detector_postprocess``).
 
-    The loss: with ``criterion`` (a registered criterion's name or an instance) the set-prediction ranking loss of
-    :func:`alrp_d2.detr.use_ranking_loss` with ``loss_options`` (its ``SetRankingLoss`` keywords, ``ranking``
-    "global" by default: one ranking over all workers); with ``criterion`` None the HF model's own loss (RT-DETR's
-    varifocal loss, Deformable-DETR's focal loss), its terms weighted as HF weights them.
+    The loss: ``loss``, a :class:`~alrp_d2.detr.SetRankingLoss` (a LazyConfig builds it as a node:
+    ``model.loss = L(SetRankingLoss)(criterion=L(RankSortCriterion)(delta=0.5, loc_error_kind="giou"))``) on every
+    set of the model's predictions; with ``loss`` None the HF model's own loss (RT-DETR's varifocal loss,
+    Deformable-DETR's focal loss), its terms weighted as HF weights them.
 
     The state dict holds the HF model's parameters and buffers under ``detr.``; the loss holds none.
     """
@@ -115,8 +118,7 @@ class HuggingFaceDETR(nn.Module):
         hf_config: Mapping[str, Any],
         num_classes: int,
         pretrained: str = "",
-        criterion: Union[str, Any, None] = "RankSortCriterion",
-        loss_options: Optional[Mapping[str, Any]] = None,
+        loss: Optional[SetRankingLoss] = None,
         pixel_mean: Sequence[float] = (0.0, 0.0, 0.0),
         pixel_std: Sequence[float] = (255.0, 255.0, 255.0),
         input_format: str = "RGB",
@@ -128,8 +130,7 @@ class HuggingFaceDETR(nn.Module):
             hf_config: the HF config's ``model_type`` and keywords (:func:`build_hf_detr`).
             num_classes: the number of classes (HF's ``num_labels``).
             pretrained: "" (random init), or a folder of ``save_pretrained`` or a hub id to load from.
-            criterion: the ranking criterion; None: the HF model's own loss.
-            loss_options: keywords of :class:`~alrp_d2.detr.SetRankingLoss` (with a criterion only).
+            loss: the set-prediction ranking loss; None: the HF model's own loss.
             pixel_mean, pixel_std: the normalisation of the 0-255 pixels, in ``input_format``'s channel order (HF's
                 RT-DETR: mean 0, std 255; Deformable-DETR: ImageNet's mean and std).
             input_format: "RGB" or "BGR", the dataset mapper's ``image_format`` (the HF model takes RGB).
@@ -141,18 +142,15 @@ class HuggingFaceDETR(nn.Module):
             raise ValueError(f"HuggingFaceDETR(input_format={input_format!r}): must be 'RGB' or 'BGR'")
         if not (isinstance(num_detections, int) and num_detections >= 1):
             raise ValueError(f"HuggingFaceDETR(num_detections={num_detections!r}): must be an integer >= 1")
-        if criterion is None and loss_options:
-            raise ValueError(
-                f"HuggingFaceDETR(loss_options={plain(loss_options)!r}): options of the ranking loss, but criterion "
-                "is None (the model's own loss)"
-            )
+        if loss is not None and not isinstance(loss, SetRankingLoss):
+            raise ValueError(f"HuggingFaceDETR(loss={loss!r}): must be a SetRankingLoss or None (the model's own loss)")
         self.detr = build_hf_detr(hf_config, pretrained, num_classes)
         self.num_classes = num_classes
-        self.own_loss = criterion is None  # the HF model's own loss
-        if criterion is not None:
-            from ..detr.hf_loss_function import use_ranking_loss
+        self.loss = loss  # a submodule: it shows in the model's repr and modules()
+        if loss is not None:
+            from ..detr.hf_loss_function import attach_ranking_loss
 
-            use_ranking_loss(self.detr, criterion, **plain(loss_options or {}))
+            attach_ranking_loss(self.detr, loss)
         self.masked = self.detr.config.model_type in MASKED_MODEL_TYPES
         self.input_format = input_format
         self.num_detections = num_detections
@@ -163,12 +161,18 @@ class HuggingFaceDETR(nn.Module):
     @classmethod
     def from_config(cls, cfg) -> Dict[str, Any]:
         detr = cfg.MODEL.DETR
+        options = plain(detr.LOSS_OPTIONS)
+        require_config(
+            bool(detr.CRITERION) or not options,
+            "MODEL.DETR.LOSS_OPTIONS",
+            options,
+            'must be empty with MODEL.DETR.CRITERION "" (the model\'s own loss)',
+        )
         return {
             "hf_config": plain(detr.HF_CONFIG),
             "num_classes": detr.NUM_CLASSES,
             "pretrained": detr.PRETRAINED,
-            "criterion": detr.CRITERION or None,
-            "loss_options": plain(detr.LOSS_OPTIONS),
+            "loss": set_ranking_loss(detr.CRITERION, options) if detr.CRITERION else None,
             "pixel_mean": cfg.MODEL.PIXEL_MEAN,
             "pixel_std": cfg.MODEL.PIXEL_STD,
             "input_format": cfg.INPUT.FORMAT,
@@ -195,7 +199,7 @@ class HuggingFaceDETR(nn.Module):
         if self.training:
             labels = hf_labels([x["instances"] for x in batched_inputs], batch.scales)
             outputs = self.detr(pixel_values=batch.pixel_values, pixel_mask=pixel_mask, labels=labels)
-            return weighted_hf_terms(self.detr, outputs.loss_dict) if self.own_loss else outputs.loss_dict
+            return weighted_hf_terms(self.detr, outputs.loss_dict) if self.loss is None else outputs.loss_dict
         outputs = self.detr(pixel_values=batch.pixel_values, pixel_mask=pixel_mask)
         results = top_k_detections(
             outputs.logits, outputs.pred_boxes, batch.scales, batch.image_sizes, self.num_detections

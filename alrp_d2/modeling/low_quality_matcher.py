@@ -9,6 +9,8 @@ import torch
 from detectron2.modeling.matcher import Matcher
 from torch import Tensor
 
+from ..config.checks import require_argument
+
 __all__ = ["LOW_QUALITY_MATCH_GTS", "MinIoULowQualityMatcher"]
 
 # The ground truth of a low-quality match (a ground truth's best anchor below the positive IoU;
@@ -32,8 +34,13 @@ class MinIoULowQualityMatcher(Matcher):
 
     def __init__(self, thresholds: List[float], labels: List[int], *, min_iou: float, low_quality_gt: str = "max_iou"):
         super().__init__(thresholds, labels, allow_low_quality_matches=True)
-        if low_quality_gt not in LOW_QUALITY_MATCH_GTS:
-            raise ValueError(f"low_quality_gt must be one of {LOW_QUALITY_MATCH_GTS}, got {low_quality_gt!r}")
+        require_argument(
+            low_quality_gt in LOW_QUALITY_MATCH_GTS,
+            type(self).__name__,
+            "low_quality_gt",
+            low_quality_gt,
+            f"must be one of {LOW_QUALITY_MATCH_GTS}",
+        )
         self.min_iou = min_iou
         self.low_quality_gt = low_quality_gt
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 from bisect import bisect_left
-from typing import Dict, List, Tuple
+from typing import ClassVar, Dict, List, Tuple
 
 import torch
 from detectron2.config import CfgNode, configurable
@@ -14,8 +14,8 @@ from detectron2.modeling.roi_heads import ROI_MASK_HEAD_REGISTRY, MaskRCNNConvUp
 from detectron2.structures import Instances
 from torch import Tensor
 
-from ..config.checks import require_integer
-from ..losses.global_ranking import global_weighted_mean, ranking_group
+from ..config.checks import built_naming_config_keys, require_argument
+from ..losses.global_ranking import RANKINGS, global_weighted_mean, ranking_group
 
 __all__ = ["RankSortMaskHead", "dice_losses"]
 
@@ -43,6 +43,11 @@ class RankSortMaskHead(MaskRCNNConvUpsampleHead):
     their weights (:meth:`subsample`, :meth:`weighted_loss`) and balances the loss by the box head's RS Loss.
     """
 
+    #: The head's loss is this task of the box head: weighted per positive and balanced by the box head's criterion
+    #: (:meth:`~alrp_d2.modeling.HeadRankingLoss.balance_task`), which must balance it (``balances_tasks``).
+    box_balanced_task: ClassVar[str] = "mask"
+
+    @built_naming_config_keys({"max_positives": "MODEL.ALRP.MASK_MAX_POSITIVES", "ranking": "MODEL.ALRP.RANKING"})
     @configurable
     def __init__(self, input_shape: ShapeSpec, *, max_positives: int, ranking: str, **kwargs):
         """
@@ -53,13 +58,16 @@ class RankSortMaskHead(MaskRCNNConvUpsampleHead):
             kwargs: :class:`MaskRCNNConvUpsampleHead` arguments.
         """
         super().__init__(input_shape, **kwargs)
+        owner = type(self).__name__
+        integer = isinstance(max_positives, int) and not isinstance(max_positives, bool) and max_positives >= 1
+        require_argument(integer, owner, "max_positives", max_positives, "must be an integer >= 1")
+        require_argument(ranking in RANKINGS, owner, "ranking", ranking, f"must be one of {RANKINGS}")
         self.max_positives = max_positives
         self.ranking = ranking
 
     @classmethod
     def from_config(cls, cfg: CfgNode, input_shape: ShapeSpec) -> Dict:
         ret = super().from_config(cfg, input_shape)
-        require_integer("MODEL.ALRP.MASK_MAX_POSITIVES", cfg.MODEL.ALRP.MASK_MAX_POSITIVES, 1)
         ret.update(max_positives=cfg.MODEL.ALRP.MASK_MAX_POSITIVES, ranking=cfg.MODEL.ALRP.RANKING)
         return ret
 

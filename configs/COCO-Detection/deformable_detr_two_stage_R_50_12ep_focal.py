@@ -7,7 +7,7 @@ from ..common.schedule import DETR_12EP_BATCH32_MAX_ITER
 from ..common.schedule import lr_multiplier_detr_12ep as lr_multiplier
 from ..common.train import train
 
-model.criterion = None
+model.loss = None
 dataloader.train.total_batch_size = 32
 train.max_iter = DETR_12EP_BATCH32_MAX_ITER
 train.checkpointer.period = 3665

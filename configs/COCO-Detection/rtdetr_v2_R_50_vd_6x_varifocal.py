@@ -7,7 +7,7 @@ from ..common.schedule import RTDETR_6X_MAX_ITER
 from ..common.schedule import lr_multiplier_rtdetr_6x as lr_multiplier
 from ..common.train import train
 
-model.criterion = None
+model.loss = None
 train.max_iter = RTDETR_6X_MAX_ITER
 train.checkpointer.period = 7330
 train.eval_period = 7330 * 6

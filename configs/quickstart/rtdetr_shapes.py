@@ -1,9 +1,11 @@
 # Quickstart (LazyConfig): a small RT-DETR v2 trained from scratch on the synthetic shapes dataset, on a CPU, with
 # Rank & Sort Loss. python train_net.py --config-file configs/quickstart/rtdetr_shapes.py
-# Other losses: model.criterion=AlrpCriterion 'model.loss_options={box_terms: own}', or model.criterion=null (the
-# model's own varifocal loss). docs/detr.md, "detectron2 detectors".
+# Other losses: model.loss.rank_weight=2.0, model.loss.ranking=global, or model.loss=null (the model's own varifocal
+# loss); aLRP Loss as configs/COCO-Detection/rtdetr_v2_R_50_vd_6x_alrp.py. docs/detr.md, "detectron2 detectors".
 from detectron2.config import LazyCall as L
 
+from alrp_d2.criteria import RankSortCriterion
+from alrp_d2.detr import SetRankingLoss
 from alrp_d2.engine.detr_optimizer import GradientClippedAdamW, detr_param_groups
 from alrp_d2.modeling import HuggingFaceDETR
 
@@ -42,8 +44,7 @@ model = L(HuggingFaceDETR)(
         num_denoising=30,
     ),
     num_classes=5,
-    criterion="RankSortCriterion",
-    loss_options=dict(),
+    loss=L(SetRankingLoss)(criterion=L(RankSortCriterion)(delta=0.5, loc_error_kind="giou")),
     pixel_mean=[0.0, 0.0, 0.0],  # HF's RT-DETR takes RGB pixels / 255
     pixel_std=[255.0, 255.0, 255.0],
     input_format="RGB",

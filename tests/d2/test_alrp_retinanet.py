@@ -77,12 +77,14 @@ def test_non_finite_logits_stop_training_with_detectron2_error():
         ("SB_INIT_WEIGHT", -1.0),
         ("LOC_WEIGHT", 0.0),
         ("MATCHER", "hungarian"),
-        ("ATSS_TOPK", 0),
+        ("ATSS_TOPK", 0),  # read with MATCHER "atss"
     ],
 )
 def test_bad_config_fails_at_build_time_naming_the_key(key, value):
+    """The localisation weight read is SB_INIT_WEIGHT with self-balance, LOC_WEIGHT without; ATSS_TOPK with ATSS."""
+    matcher = {"MATCHER": "atss"} if key == "ATSS_TOPK" else {}
     with pytest.raises(ValueError, match=f"MODEL.ALRP.{key}"):
-        build_model(tiny_retinanet_cfg(**{key: value}))
+        build_model(tiny_retinanet_cfg(**{"SB_ENABLED": key != "LOC_WEIGHT", **matcher, key: value}))
 
 
 def test_a_moved_key_names_its_new_key():

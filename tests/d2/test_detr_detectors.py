@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import pytest
 import torch
+from detectron2.config import CfgNode, get_cfg
 from detectron2.structures import Boxes, Instances
 from detectron2.utils.events import EventStorage
 from torch import nn
 
+from alrp_d2.config import add_alrp_config
+from alrp_d2.detr import SetRankingLoss, set_prediction_criterion
 from alrp_d2.engine.detr_optimizer import GradientClippedAdamW, detr_param_groups
 from alrp_d2.modeling import HuggingFaceDETR
 from alrp_d2.modeling.detr_detections import top_k_detections
 from alrp_d2.modeling.detr_inputs import detr_batch, hf_labels
+from alrp_d2.modeling.huggingface_detr import plain
 
 from .tiny_detr_detectors import DEFORMABLE_DETR_TWO_STAGE, RT_DETR_V2
 
@@ -66,10 +70,11 @@ def test_the_top_scored_pairs_in_the_image_pixels():
 @pytest.mark.parametrize(
     "hf_config, extra", [(RT_DETR_V2, {}), (DEFORMABLE_DETR_TWO_STAGE, IMAGENET)], ids=["rt_detr_v2", "deformable"]
 )
-@pytest.mark.parametrize("criterion", ["RankSortCriterion", None])
-def test_training_terms_sum_to_the_models_loss_and_inference_gives_instances(hf_config, extra, criterion):
+@pytest.mark.parametrize("ranked", [True, False], ids=["rank_sort", "own_loss"])
+def test_training_terms_sum_to_the_models_loss_and_inference_gives_instances(hf_config, extra, ranked):
     torch.manual_seed(0)
-    model = HuggingFaceDETR(hf_config=hf_config, num_classes=3, criterion=criterion, num_detections=20, **extra)
+    loss = SetRankingLoss(set_prediction_criterion("RankSortCriterion")) if ranked else None
+    model = HuggingFaceDETR(hf_config=hf_config, num_classes=3, loss=loss, num_detections=20, **extra)
     inputs = two_sizes()
     torch.manual_seed(1)
     with EventStorage():
@@ -82,7 +87,7 @@ def test_training_terms_sum_to_the_models_loss_and_inference_gives_instances(hf_
         labels=hf_labels([x["instances"] for x in inputs], batch.scales),
     )
     torch.testing.assert_close(sum(terms.values()), outputs.loss)
-    assert ("loss_rank" in terms) == (criterion is not None) and all(key.startswith("loss_") for key in terms)
+    assert ("loss_rank" in terms) == ranked and all(key.startswith("loss_") for key in terms)
     sum(terms.values()).backward()
     model.eval()
     with torch.no_grad():
@@ -99,8 +104,8 @@ def test_weights_from_a_save_pretrained_folder(tmp_path):
     assert loaded.state_dict().keys() == saved.state_dict().keys()
     for name, value in saved.state_dict().items():
         assert torch.equal(value, loaded.state_dict()[name]), name
-    other_classes = HuggingFaceDETR(hf_config={}, pretrained=str(tmp_path), num_classes=4, criterion=None)
-    assert other_classes.detr.config.num_labels == 4 and other_classes.own_loss
+    other_classes = HuggingFaceDETR(hf_config={}, pretrained=str(tmp_path), num_classes=4)
+    assert other_classes.detr.config.num_labels == 4 and other_classes.loss is None
     backbone = {k: v for k, v in saved.state_dict().items() if ".backbone." in k}
     assert backbone and all(torch.equal(v, other_classes.state_dict()[k]) for k, v in backbone.items())
     with pytest.raises(ValueError, match="model_type 'deformable_detr' but the pretrained model"):
@@ -136,3 +141,20 @@ def test_the_clipped_adamw_steps_with_the_clipped_gradient():
     torch.optim.AdamW([reference], lr=0.1, weight_decay=0.0).step()
     torch.testing.assert_close(parameter.detach(), reference.detach())
     assert parameter.grad.norm().item() == pytest.approx(0.1, rel=1e-5)
+
+
+def test_the_yacs_keys_build_the_set_ranking_loss():
+    """MODEL.DETR.LOSS_OPTIONS: SetRankingLoss's keywords to the loss, the others to the criterion CRITERION names
+    (with the set-prediction arguments); options without a criterion are refused naming the key."""
+    cfg = get_cfg()
+    add_alrp_config(cfg)
+    cfg.MODEL.DETR.HF_CONFIG = CfgNode(plain(RT_DETR_V2))
+    cfg.MODEL.DETR.NUM_CLASSES = 3
+    cfg.MODEL.DETR.CRITERION = "AlrpCriterion"
+    cfg.MODEL.DETR.LOSS_OPTIONS = CfgNode({"box_terms": "own", "ranking": "global", "delta": 0.5})
+    loss = HuggingFaceDETR(cfg).loss
+    assert isinstance(loss, SetRankingLoss) and (loss.box_terms, loss.ranking) == ("own", "global")
+    assert (loss.criterion.delta, loss.criterion.tau, loss.criterion.loc_error_kind) == (0.5, 0.0, "giou")
+    cfg.MODEL.DETR.CRITERION = ""
+    with pytest.raises(ValueError, match="MODEL.DETR.LOSS_OPTIONS"):
+        HuggingFaceDETR(cfg)

@@ -126,15 +126,17 @@ def test_none_for_a_float_key_names_the_key(key):
 @pytest.mark.parametrize(
     "key, value, rule",
     [
-        ("DELTA", 1e-320, r"must be a number >= 1e-06 with AlrpCriterion"),
+        ("DELTA", 1e-320, r"must be a number >= 1e-06 \(argument delta=1e-320 of AlrpCriterion\)"),
         ("TAU", 0.999999999, r"must be a number in \[0, 0\.99\]"),
         ("SB_INIT_WEIGHT", 1e300, r"must be a number in \[1e-06, 10000\]"),
         ("LOC_WEIGHT", 1e-300, r"must be a number in \[1e-06, 10000\]"),
     ],
 )
 def test_values_that_cannot_train_name_the_key(key, value, rule):
+    """The localisation weight read is SB_INIT_WEIGHT with self-balance, LOC_WEIGHT without."""
+    self_balance = {"SB_ENABLED": key != "LOC_WEIGHT"}
     with pytest.raises(ValueError, match=rf"MODEL\.ALRP\.{key}={value!r}: {rule}".replace("+", r"\+")):
-        build_model(tiny_retinanet_cfg(**{key: value}))
+        build_model(tiny_retinanet_cfg(**{key: value, **self_balance}))
 
 
 # ---- the criterion's output ------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from detectron2.data.datasets import register_coco_instances
 from detectron2.engine import DefaultPredictor
 from detectron2.structures import Boxes, BoxMode, Instances
 
+from alrp_d2.data.evaluated_images import first_images_dataset
 from alrp_d2.evaluation import (
     LRP_THRESHOLDS_FILE,
     COCOLRPEvaluator,
@@ -34,6 +35,8 @@ from ..lrp_cases import (
     HAND_EXPECTED_THRESHOLDS,
     hand_made_coco_dict,
 )
+
+PREDICTOR_LOGGER = "alrp_d2.evaluation.lrp_threshold_predictor"
 
 
 @pytest.fixture()
@@ -293,3 +296,50 @@ def test_segm_lrp_with_box_shaped_masks_equals_bbox_lrp(tmp_path, use_fast_impl)
     segm_thresholds = json.loads((tmp_path / "out" / "lrp_optimal_thresholds_segm.json").read_text())
     assert segm_thresholds["task"] == "segm" and bbox_thresholds["task"] == "bbox"
     assert segm_thresholds["thresholds"] == bbox_thresholds["thresholds"]
+
+
+def warnings_of(logger_name: str, call):
+    """``call()``'s result and the warnings its logger ``logger_name`` emitted."""
+    messages = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: messages.append(record.getMessage())  # type: ignore[method-assign]
+    logger = logging.getLogger(logger_name)
+    logger.addHandler(handler)
+    try:
+        return call(), messages
+    finally:
+        logger.removeHandler(handler)
+
+
+def test_threshold_file_records_its_images_and_a_subset_warns(hand_made_dataset, tmp_path):
+    """All images: the file says 2 of 2 and loads quietly. TEST.MAX_IMAGES 1 (first_images_dataset): 1 of the 2
+    images of the dataset cut from, and the loader and the predictor warn."""
+    evaluate(hand_made_dataset, str(tmp_path / "all"))
+    path = str(tmp_path / "all" / LRP_THRESHOLDS_FILE)
+    assert json.loads(open(path).read())["images"] == {"dataset": hand_made_dataset, "evaluated": 2, "of": 2}
+    _, messages = warnings_of(PREDICTOR_LOGGER, lambda: load_lrp_thresholds(path, CLASS_NAMES, [1, 2, 3]))
+    assert not any("images of" in m for m in messages)
+
+    subset = first_images_dataset(hand_made_dataset, 1, "TEST.MAX_IMAGES")
+    evaluator = COCOLRPEvaluator(subset, output_dir=str(tmp_path / "first"), distributed=False)
+    evaluator.reset()
+    inputs, outputs = hand_made_outputs()
+    evaluator.process(inputs[:1], outputs[:1])
+    evaluator.evaluate()
+    path = str(tmp_path / "first" / LRP_THRESHOLDS_FILE)
+    assert json.loads(open(path).read())["images"] == {"dataset": hand_made_dataset, "evaluated": 1, "of": 2}
+    expected = f"computed on 1 of the 2 images of '{hand_made_dataset}'"
+    _, messages = warnings_of(PREDICTOR_LOGGER, lambda: load_lrp_thresholds(path, CLASS_NAMES, [1, 2, 3]))
+    assert any(expected in m for m in messages), messages
+    _, messages = warnings_of(
+        PREDICTOR_LOGGER, lambda: LRPThresholdPredictor(tiny_retinanet_cfg(hand_made_dataset), path)
+    )
+    assert any(expected in m for m in messages), messages
+
+
+@pytest.mark.parametrize("images", [{"evaluated": 3, "of": 2}, {"evaluated": "1", "of": 2}, [1, 2]])
+def test_a_bad_images_record_is_refused(tmp_path, images):
+    thresholds = {str(i + 1): {"name": name, "threshold": None} for i, name in enumerate(CLASS_NAMES)}
+    path = write_thresholds(tmp_path, {"model": None, "task": "bbox", "images": images, "thresholds": thresholds})
+    with pytest.raises(ValueError, match="'images' must be"):
+        load_lrp_thresholds(path, CLASS_NAMES, [1, 2, 3])

@@ -300,7 +300,6 @@ def test_train_filter_key_chooses_the_training_images(tmp_path):
 @pytest.mark.parametrize(
     "config, key, value, message",
     [
-        ("alrp_R50_500.yaml", "MODEL.ALRP.LOW_QUALITY_MATCH_GT", "later", "LOW_QUALITY_MATCH_GT='later'"),
         ("alrp_R50_500.yaml", "MODEL.ALRP.RPN_PRIOR_PROB", "0.0", "RPN_PRIOR_PROB=0.0: must be in (0, 1)"),
         ("alrp_R50_500.yaml", "MODEL.ANCHOR_GENERATOR.OCTAVE_BASE_SCALE", "1e999", "must be finite"),
         ("alrp_R50_500.yaml", "MODEL.ANCHOR_GENERATOR.SCALES_PER_OCTAVE", "0", "SCALES_PER_OCTAVE=0"),
@@ -312,6 +311,15 @@ def test_train_filter_key_chooses_the_training_images(tmp_path):
 def test_official_network_keys_name_bad_values(config, key, value, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
         setup_cfg(f"{CONFIG_DIR}/{config}", [key, value])
+
+
+@pytest.mark.parametrize("config", ["alrp_R50_500.yaml", "alrp_faster_rcnn_R50_FPN_500.yaml"])
+def test_the_low_quality_match_rule_is_checked_when_the_model_is_built(config):
+    """By the matcher's constructor (RetinaNet's, the RPN's), naming the key."""
+    cfg = setup_cfg(f"{CONFIG_DIR}/{config}", ["MODEL.ALRP.LOW_QUALITY_MATCH_GT", "later"])
+    cfg.MODEL.DEVICE, cfg.MODEL.WEIGHTS = "cpu", ""
+    with pytest.raises(ValueError, match="MODEL.ALRP.LOW_QUALITY_MATCH_GT='later': must be one of"):
+        build_model(cfg)
 
 
 def test_foveabox_loc_target_is_checked_when_the_model_is_built():

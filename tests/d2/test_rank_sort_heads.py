@@ -375,6 +375,48 @@ def test_mask_loss_is_balanced_by_the_box_heads_rank_sort_loss():
     assert model.roi_heads.mask_head.predictor.weight.grad.abs().sum() > 0
 
 
+def test_balancing_a_task_returns_the_loss_and_the_completed_record():
+    """The head's record of the step is its statistics once every balanced task is in it, never before; the balance
+    returns the weighted loss and the record, leaving the step it was given as it was."""
+    gen = torch.Generator().manual_seed(0)
+    gt_boxes = random_boxes(8, gen)
+    boxes = GivenBoxes(jittered(gt_boxes, 2.0, gen), gt_boxes)
+    head = rank_sort_head("box", tasks=("mask",))
+    step = head(torch.randn(8, 2, generator=gen), RowLabels(torch.tensor([0, 1, 0] + [2] * 5), 2), boxes)
+    assert "mask" not in step.statistics.values and head.take_statistics() is None
+    mask_loss = torch.tensor(0.25, requires_grad=True)
+    loss, balanced = head.balance_task("mask", mask_loss, step)
+    weight = balanced.statistics.values["mask_weight"]
+    assert loss.item() == pytest.approx((weight * mask_loss).item()) and loss.requires_grad
+    assert balanced.statistics.values["mask"] == 0.25 and "mask" not in step.statistics.values
+    assert head.take_statistics() == balanced.statistics and head.take_statistics() is None
+    with pytest.raises(ValueError, match="balances the tasks \\('mask',\\), not 'keypoint'"):
+        head.balance_task("keypoint", mask_loss, step)
+
+
+def test_the_box_head_balances_the_task_the_mask_head_declares():
+    """Built from a config, the box loss balances what the mask head declares; given another mask head's box loss,
+    the ROI heads name the mismatch."""
+    model = rank_sort_model(MASK_CONFIG)
+    assert model.roi_heads.box_predictor.ranking_loss.balanced_tasks == (RankSortMaskHead.box_balanced_task,)
+    heads = rank_sort_model("rs_faster_rcnn_R50_FPN_1x.yaml").roi_heads
+    arguments = dict(
+        box_in_features=heads.box_in_features,
+        box_pooler=heads.box_pooler,
+        box_head=heads.box_head,
+        box_predictor=heads.box_predictor,
+        mask_in_features=model.roi_heads.mask_in_features,
+        mask_pooler=model.roi_heads.mask_pooler,
+        mask_head=model.roi_heads.mask_head,
+        num_classes=heads.num_classes,
+        batch_size_per_image=512,
+        positive_fraction=0.25,
+        proposal_matcher=heads.proposal_matcher,
+    )
+    with pytest.raises(ValueError, match=r"balanced_tasks=\(\)\): must be \('mask',\), .* RankSortMaskHead"):
+        type(heads)(**arguments)
+
+
 def test_at_most_max_positives_train_the_mask_head():
     head = rank_sort_model(MASK_CONFIG, MASK_MAX_POSITIVES=4).roi_heads.mask_head
     images = []
@@ -452,7 +494,7 @@ def test_rank_sort_config_checks():
         build_model(tiny_rank_sort_cfg(DELTA=0.0, CRITERION="AlrpCriterion", SB_ENABLED=True))
     with pytest.raises(ValueError, match="MODEL.ALRP.MASK_MAX_POSITIVES"):
         build_model(tiny_rank_sort_cfg(MASK_CONFIG, MASK_MAX_POSITIVES=0))
-    with pytest.raises(ValueError, match="RankSortMaskHead"):
+    with pytest.raises(ValueError, match=r"CRITERION='AlrpCriterion': .*balanced_tasks=\('mask',\) of .*\['box'\]"):
         build_model(tiny_rank_sort_cfg(MASK_CONFIG, CRITERION="AlrpCriterion", SB_ENABLED=True))
 
 

@@ -203,7 +203,9 @@ def test_command_line_value_names_the_key_and_the_rule():
     """An integer for a float key is taken as a float; the criterion's rule names the key when the model is built."""
     assert setup_cfg(None, ["MODEL.ALRP.DELTA", "2"]).MODEL.ALRP.DELTA == 2.0
     delta = setup_cfg(None, ["MODEL.ALRP.DELTA", "0"]).MODEL.ALRP.DELTA
-    with pytest.raises(ValueError, match=r"MODEL\.ALRP\.DELTA=0\.0: must be a number >= 1e-06 with AlrpCriterion"):
+    with pytest.raises(
+        ValueError, match=r"MODEL\.ALRP\.DELTA=0\.0: must be a number >= 1e-06 \(argument delta=0\.0 of AlrpCriterion"
+    ):
         build_model(tiny_retinanet_cfg(DELTA=delta))
 
 

@@ -76,7 +76,7 @@ def test_a_criterion_that_balances_like_rank_sort_trains_rs_mask_rcnn():
 
 def test_a_criterion_that_does_not_balance_tasks_is_refused_for_rs_mask_rcnn():
     cfg = tiny_rank_sort_cfg("quickstart/rs_mask_rcnn_shapes.yaml", CRITERION="AlrpCriterion")
-    with pytest.raises(ValueError, match=r"MODEL.ALRP.CRITERION='AlrpCriterion': must name a criterion that balances"):
+    with pytest.raises(ValueError, match=r"MODEL.ALRP.CRITERION='AlrpCriterion': AlrpCriterion does not balance"):
         build_model(cfg)
 
 

@@ -16,7 +16,7 @@ from typing import Any, Dict
 import torch
 import torch.distributed as dist
 
-from alrp_d2.detr import use_ranking_loss
+from alrp_d2.detr import set_prediction_criterion, use_ranking_loss
 
 from ..distributed_cases import spawn_workers
 from .tiny_detrs import fixed_batch, seeded_forward, tiny_detr
@@ -31,7 +31,9 @@ def own_part(batch: Dict[str, Any], rank: int) -> Dict[str, Any]:
 
 def deformable_detr_result(batch: Dict[str, Any]) -> Dict[str, torch.Tensor]:
     """The loss terms of ``batch`` and the parameters' gradients of the tiny two-stage Deformable-DETR."""
-    model = use_ranking_loss(tiny_detr("deformable_detr_two_stage"), "RankSortCriterion").eval()
+    model = use_ranking_loss(
+        tiny_detr("deformable_detr_two_stage"), set_prediction_criterion("RankSortCriterion"), ranking="global"
+    ).eval()
     outputs = model(**batch)
     outputs.loss.backward()
     gradients = {f"grad.{n}": p.grad for n, p in model.named_parameters() if p.grad is not None}
@@ -54,7 +56,7 @@ def rt_detr_outputs() -> Dict[str, Any]:
 
 def rt_detr_result(outputs: Dict[str, Any], images: slice) -> Dict[str, torch.Tensor]:
     """RT-DETR's loss terms on ``images`` of ``outputs`` and their gradients."""
-    model = use_ranking_loss(tiny_detr("rt_detr"), "RankSortCriterion")
+    model = use_ranking_loss(tiny_detr("rt_detr"), set_prediction_criterion("RankSortCriterion"), ranking="global")
     leaves = {name: outputs[name][images].clone().requires_grad_(True) for name in OUTPUTS}
     meta = outputs["denoising_meta_values"]
     meta = {**meta, "dn_positive_idx": meta["dn_positive_idx"][images]}

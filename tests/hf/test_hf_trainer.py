@@ -8,7 +8,7 @@ from typing import Any, Dict, List
 import torch
 from transformers import Trainer, TrainingArguments
 
-from alrp_d2.detr import use_ranking_loss
+from alrp_d2.detr import set_prediction_criterion, use_ranking_loss
 
 from .tiny_detrs import fixed_batch, tiny_detr
 
@@ -24,7 +24,7 @@ def test_the_trainer_trains_the_switched_model(tmp_path):
     batch = fixed_batch()
     images, labels = batch["pixel_values"], batch["labels"]
     dataset = [{"pixel_values": image, "labels": targets} for image, targets in zip(images, labels)]
-    model = use_ranking_loss(tiny_detr("rt_detr"), "RankSortCriterion")
+    model = use_ranking_loss(tiny_detr("rt_detr"), set_prediction_criterion("RankSortCriterion"))
     before = [p.detach().clone() for p in model.parameters()]
     arguments = TrainingArguments(
         output_dir=str(tmp_path),

@@ -6,6 +6,8 @@
 # use_pretrained_backbone=True (e.g. "microsoft/resnet-50"), or model.pretrained to a save_pretrained folder.
 from detectron2.config import LazyCall as L
 
+from alrp_d2.criteria import RankSortCriterion
+from alrp_d2.detr import SetRankingLoss
 from alrp_d2.engine.detr_optimizer import GradientClippedAdamW, detr_param_groups
 from alrp_d2.modeling import HuggingFaceDETR
 
@@ -28,8 +30,7 @@ model = L(HuggingFaceDETR)(
     ),
     pretrained="",
     num_classes=80,
-    criterion="RankSortCriterion",
-    loss_options=dict(),
+    loss=L(SetRankingLoss)(criterion=L(RankSortCriterion)(delta=0.5, loc_error_kind="giou")),
     pixel_mean=[123.675, 116.28, 103.53],  # ImageNet's, RGB
     pixel_std=[58.395, 57.12, 57.375],
     input_format="RGB",

@@ -7,6 +7,8 @@
 # COCO model) to start from weights; "" trains from random init.
 from detectron2.config import LazyCall as L
 
+from alrp_d2.criteria import RankSortCriterion
+from alrp_d2.detr import SetRankingLoss
 from alrp_d2.engine.detr_optimizer import GradientClippedAdamW, detr_param_groups
 from alrp_d2.modeling import HuggingFaceDETR
 
@@ -24,8 +26,7 @@ model = L(HuggingFaceDETR)(
     ),
     pretrained="",
     num_classes=80,
-    criterion="RankSortCriterion",
-    loss_options=dict(),
+    loss=L(SetRankingLoss)(criterion=L(RankSortCriterion)(delta=0.5, loc_error_kind="giou")),
     pixel_mean=[0.0, 0.0, 0.0],  # HF's RT-DETR takes RGB pixels / 255
     pixel_std=[255.0, 255.0, 255.0],
     input_format="RGB",

@@ -4,7 +4,7 @@ A pycocotools ``COCOeval`` (or detectron2's ``COCOeval_opt``) on which ``evaluat
 already matched every detection at every IoU threshold. When the Python ``evalImgs`` exist the
 matches are read from them, so no detection is matched twice; detectron2's C++ ``COCOeval_opt``
 keeps its per-image matches in ``_evalImgs_cpp``, opaque to Python, so only the greedy
-assignment at one IoU threshold is redone, vectorised, on COCOeval's own IoU matrices and
+assignment at one IoU threshold is redone, vectorised (:mod:`.greedy_matching`), on COCOeval's own IoU matrices and
 ignore flags (:func:`matches_from_iou_matrices`).
 """
 
@@ -18,7 +18,8 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 from pycocotools.cocoeval import COCOeval
 
-from .lrp_metric import LRP_TAU, DetectionMatches, last_of_runs
+from .greedy_matching import greedy_assignment, matched_ious
+from .lrp_metric import LRP_TAU, DetectionMatches
 
 __all__ = ["detection_matches", "matches_from_eval_imgs", "matches_from_iou_matrices"]
 
@@ -146,60 +147,10 @@ def _flatten(coco_eval: COCOeval, iou_threshold: float) -> _Flattened:
     )
 
 
-def _greedy_assignment(flat: _Flattened) -> np.ndarray:
-    """COCO's greedy matching at one IoU threshold, vectorised over all images and classes.
-
-    COCO walks the detections of an image and class by descending score; each takes, among the
-    ground truths still free (crowds stay free), the regular one of highest IoU, else the
-    ignored one of highest IoU (ties: the later ground truth). Every round below resolves each
-    pending detection whose choice no earlier pending detection could still take; the earliest
-    pending detection of a pair always qualifies. Returns the matched ground truth per
-    detection, -1 if none."""
-    matched = np.full(len(flat.det_ids), -1, dtype=np.int64)
-    taken = np.zeros(len(flat.gt_ids), dtype=bool)
-    order = np.lexsort((flat.edge_gt, flat.edge_iou, ~flat.gt_ignored[flat.edge_gt], flat.edge_det))
-    edge_det, edge_gt = flat.edge_det[order], flat.edge_gt[order]
-    while len(edge_det):
-        free = ~taken[edge_gt]
-        edge_det, edge_gt = edge_det[free], edge_gt[free]
-        if not len(edge_det):
-            break
-        choice = np.flatnonzero(last_of_runs(edge_det))  # highest-priority free edge per detection
-        first_claim = np.full(len(flat.gt_ids), len(flat.det_ids), dtype=np.int64)
-        claimed, first = np.unique(edge_gt, return_index=True)
-        first_claim[claimed] = edge_det[first]
-        chosen_det, chosen_gt = edge_det[choice], edge_gt[choice]
-        resolved = flat.gt_crowd[chosen_gt] | (first_claim[chosen_gt] == chosen_det)
-        matched[chosen_det[resolved]] = chosen_gt[resolved]
-        taken[chosen_gt[resolved & ~flat.gt_crowd[chosen_gt]]] = True
-        pending = np.ones(len(flat.det_ids), dtype=bool)
-        pending[chosen_det[resolved]] = False
-        keep = pending[edge_det]
-        edge_det, edge_gt = edge_det[keep], edge_gt[keep]
-    return matched
-
-
-def _matched_ious(flat: _Flattened, matched: np.ndarray) -> np.ndarray:
-    """IoU of each detection with its matched ground truth (0 where unmatched)."""
-    ious = np.zeros(len(matched), dtype=np.float64)
-    det_index = np.flatnonzero(matched >= 0)
-    if len(det_index) == 0:
-        return ious
-    num_gts = len(flat.gt_ids)
-    edge_keys = flat.edge_det * num_gts + flat.edge_gt
-    wanted = det_index * num_gts + matched[det_index]
-    order = np.argsort(edge_keys)
-    positions = order[np.minimum(np.searchsorted(edge_keys, wanted, sorter=order), len(order) - 1)]
-    if len(order) == 0 or np.any(edge_keys[positions] != wanted):
-        raise ValueError("a COCO match has an IoU below the matching threshold in COCOeval.ious")
-    ious[det_index] = flat.edge_iou[positions]
-    return ious
-
-
 def _build_matches(
     flat: _Flattened, matched: np.ndarray, det_ignored: np.ndarray, num_classes: int
 ) -> DetectionMatches:
-    ious = _matched_ious(flat, matched)
+    ious = matched_ious(flat.edge_det, flat.edge_gt, flat.edge_iou, matched, len(flat.gt_ids))
     counted = ~det_ignored
     return DetectionMatches(
         class_index=flat.det_class[counted],
@@ -212,10 +163,12 @@ def _build_matches(
 
 def matches_from_iou_matrices(coco_eval: COCOeval, iou_threshold: float = LRP_TAU) -> DetectionMatches:
     """Matching at ``iou_threshold`` for the 'all' area range and ``maxDets[-1]`` detections per
-    image, redone by :func:`_greedy_assignment` on COCOeval's IoU matrices, prepared detections
+    image, redone by :func:`~.greedy_matching.greedy_assignment` on COCOeval's IoU matrices, prepared detections
     and ground-truth ignore flags (the route for detectron2's ``COCOeval_opt``)."""
     flat = _flatten(coco_eval, iou_threshold)
-    matched = _greedy_assignment(flat)
+    matched = greedy_assignment(
+        flat.edge_det, flat.edge_gt, flat.edge_iou, flat.gt_ignored, flat.gt_crowd, len(flat.det_ids)
+    )
     low, high = _area_all(coco_eval.params)
     outside = (flat.det_areas < low) | (flat.det_areas > high)
     has_match = matched >= 0

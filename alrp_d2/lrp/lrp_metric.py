@@ -12,7 +12,7 @@ with ``N_FN = N_GT - N_TP`` and the TP validation threshold ``tau = 0.5``. The o
 ``1 - IoU`` of the TPs, ``N_FP / (N_TP + N_FP)`` and ``N_FN / N_GT`` at that threshold.
 
 The input is a :class:`DetectionMatches` (TP/FP flags, scores and IoUs of every detection);
-:mod:`alrp_d2.evaluation.coco_matching` reads it out of a COCOeval.
+:mod:`.matching` computes it, :mod:`.coco_matching` reads it out of a COCOeval.
 """
 
 from __future__ import annotations
@@ -43,17 +43,26 @@ class DetectionMatches:
         mask = self.class_index == class_index
         return self.scores[mask], self.is_tp[mask], self.ious[mask]
 
+    def per_class(self) -> List[Tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """``(scores, is_tp, ious)`` of every class (index ``0 .. len(num_gt) - 1``), each in the given order; one
+        sort for all classes instead of a pass per class."""
+        order = np.argsort(self.class_index, kind="stable")
+        bounds = np.searchsorted(self.class_index[order], np.arange(len(self.num_gt) + 1))
+        scores, is_tp, ious = self.scores[order], self.is_tp[order], self.ious[order]
+        return [(scores[a:b], is_tp[a:b], ious[a:b]) for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist())]
+
 
 @dataclass(frozen=True)
 class OptimalLRP:
     """oLRP of one class with its components and LRP-optimal score threshold (detections with
-    ``score >= threshold`` are kept). The components and the threshold are ``None`` when the
-    class has no true positive at any threshold (then ``olrp == 1``)."""
+    ``score >= threshold`` are kept). A class without a true positive at any threshold has
+    ``olrp == 1`` and ``fn == 1`` (it misses every ground truth whatever the threshold), its
+    ``loc``, ``fp`` and threshold ``None`` (as the official LRP-Error code)."""
 
     olrp: float
     loc: Optional[float]
     fp: Optional[float]
-    fn: Optional[float]
+    fn: float
     threshold: Optional[float]
 
 
@@ -111,7 +120,7 @@ def optimal_lrp(
     # A score threshold only cuts between distinct scores: the ends of tied runs are the cuts.
     cuts = np.flatnonzero(last_of_runs(sorted_scores) & (num_tp > 0))
     if len(cuts) == 0:
-        return OptimalLRP(olrp=1.0, loc=None, fp=None, fn=None, threshold=None)
+        return OptimalLRP(olrp=1.0, loc=None, fp=None, fn=1.0, threshold=None)
     lrp = (loc_error[cuts] / (1.0 - tau) + num_fp[cuts] + (num_gt - num_tp[cuts])) / (num_fp[cuts] + num_gt)
     best = cuts[int(np.argmin(lrp))]
     tp_at, fp_at = int(num_tp[best]), int(num_fp[best])
@@ -161,11 +170,10 @@ def evaluate_classes(matches: DetectionMatches, tau: float = LRP_TAU) -> List[Cl
     """oLRP and rho of every class. Classes without ground truth get ``lrp=None`` and
     ``rho=None``: their detections, all false positives, enter no metric."""
     results = []
-    for class_index, num_gt in enumerate(matches.num_gt.tolist()):
+    for num_gt, (scores, is_tp, ious) in zip(matches.num_gt.tolist(), matches.per_class()):
         if num_gt == 0:
             results.append(ClassResult(num_gt=0, lrp=None, rho=None))
             continue
-        scores, is_tp, ious = matches.of_class(class_index)
         results.append(
             ClassResult(
                 num_gt=num_gt,
@@ -184,7 +192,7 @@ def _mean_or_nan(values: Sequence[Optional[float]]) -> float:
 
 def summarise(classes: Sequence[ClassResult]) -> Dict[str, float]:
     """Dataset-level metrics: oLRP and its components (x100) averaged over the classes with
-    ground truth (components over those with a TP), rho averaged over the classes where it is
+    ground truth (localisation and FP components over those with a TP), rho over the classes where it is
     defined. A mean over no class is NaN (e.g. no ground truth at all)."""
     with_gt = [c.lrp for c in classes if c.lrp is not None]
     return {

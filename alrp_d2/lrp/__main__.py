@@ -1,0 +1,71 @@
+"""``python -m alrp_d2.lrp GT.json DETECTIONS.json [--iou-type bbox|segm] [--json]``: LRP of COCO results on a COCO
+ground truth, as a table or one JSON object (the keys of :func:`~alrp_d2.lrp.evaluate_coco`, NaN as null). A file
+that cannot be evaluated is refused with one line naming the file and the entry, exit status 2."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from typing import Any, Dict, List, Optional, Sequence
+
+from .coco_api import evaluate_coco
+from .coco_files import CocoFileError, load_coco_pair
+from .results import LRP_METRICS, PER_CLASS_KEYS
+
+
+def _cell(value: float, digits: int = 3) -> str:
+    return "-" if math.isnan(value) else f"{value:.{digits}f}"
+
+
+def _rows_text(rows: List[List[str]]) -> str:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(cell.rjust(width) for cell, width in zip(row, widths)).rstrip() for row in rows)
+
+
+def results_table(results: Dict[str, Any], names: Dict[int, str], iou_type: str) -> str:
+    """The means, then one line per category: ground truths, oLRP, its components and the LRP-optimal threshold."""
+    summary = [list(LRP_METRICS), [_cell(results[m]) for m in LRP_METRICS]]
+    header = ["category", "id", "GTs", "oLRP", "oLRP_loc", "oLRP_FP", "oLRP_FN", "threshold"]
+    per_class = [header]
+    for i, category_id in enumerate(results["classes"]):
+        values = [_cell(results[key][i], 4 if key == "thresholds" else 3) for key in PER_CLASS_KEYS]
+        per_class.append([names[category_id], str(category_id), str(results["num_gt_per_class"][i]), *values])
+    return (
+        f"LRP ({iou_type}, IoU 0.5; x100 but rho; '-' undefined)\n{_rows_text(summary)}\n\n"
+        f"Per category (threshold: the LRP-optimal score threshold)\n{_rows_text(per_class)}"
+    )
+
+
+def _without_nan(value: Any) -> Any:
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, list):
+        return [_without_nan(v) for v in value]
+    return value
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m alrp_d2.lrp", description=__doc__.split("\n\n")[0])
+    parser.add_argument("ground_truth", metavar="GT.json", help="COCO annotations (images, annotations, categories)")
+    parser.add_argument("detections", metavar="DETECTIONS.json", help="COCO results (a list of detections)")
+    parser.add_argument("--iou-type", choices=("bbox", "segm"), default="bbox", help="boxes' or masks' IoUs")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    args = parser.parse_args(argv)
+    try:
+        coco_gt, coco_dt = load_coco_pair(args.ground_truth, args.detections, args.iou_type)
+    except CocoFileError as error:
+        print(f"python -m alrp_d2.lrp: {error}", file=sys.stderr)
+        return 2
+    results = evaluate_coco(coco_gt, coco_dt, args.iou_type)
+    if args.json:
+        print(json.dumps({key: _without_nan(value) for key, value in results.items()}))
+    else:
+        names = {category["id"]: str(category["name"]) for category in coco_gt.dataset["categories"]}
+        print(results_table(results, names, args.iou_type))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,160 @@
+"""LRP of alrp_d2.lrp against pycocotools' COCOeval (AP) and the official LRP-Error, on one COCO-val-sized case.
+
+A synthetic case of 5,000 images (640 x 480), 36,000 objects (1 % crowds) of 80 classes (long-tailed), 100 detections
+an image (jittered copies of the objects, mostly of the right class, and random boxes; continuous scores), rebuilt
+from the seed in each of three processes, one a method, each timing only the evaluation of loaded ``COCO`` objects:
+
+* ``ours``: ``alrp_d2.lrp.evaluate_coco`` (oLRP, components, per-class thresholds, rho, AP90);
+* ``cocoeval``: pycocotools' ``COCOeval`` ``evaluate()`` + ``accumulate()`` (AP; the project's Python);
+* ``official``: the official LRP-Error's ``COCOeval`` ``evaluate()`` + ``accumulate()`` (``--official-python``, an
+  interpreter whose environment holds the fork's dependencies, and ``--official-repo``, the fork's ``pycocotools``
+  folder with its extension built; tests/fixtures/lrp_official/README.md).
+
+Each prints its time and its peak resident memory (and the memory before the evaluation); then the ratios and the
+bounds (ours at most 1.2x COCOeval, at least 10x faster than the official) and the oLRP of ours and the official.
+
+    python benchmarks/lrp_speed.py --official-python VENV/bin/python --official-repo LRP-Error/pycocotools
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from typing import Any, Dict, List, Tuple
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WIDTH, HEIGHT = 640, 480
+IMAGES, OBJECTS, CLASSES, DETECTIONS = 5000, 36000, 80, 100
+
+
+def _boxes(rng: np.random.Generator, count: int) -> np.ndarray:
+    """XYWH boxes with log-uniform sides between 8 and 320 pixels inside the image."""
+    sides = np.exp(rng.uniform(np.log(8), np.log(320), size=(count, 2)))
+    return np.concatenate([rng.uniform(0, 1, size=(count, 2)) * ([WIDTH, HEIGHT] - sides), sides], axis=1)
+
+
+def synthetic_case(seed: int = 0) -> Tuple[Dict[str, Any], List[Dict[str, Any]]]:
+    """The COCO ground truth and the results list of the case (see the module)."""
+    rng = np.random.default_rng(seed)
+    weights = rng.permutation(1.0 / np.arange(1, CLASSES + 1) ** 0.8)
+    gt_image = np.sort(rng.integers(1, IMAGES + 1, OBJECTS))
+    gt_class = rng.choice(CLASSES, size=OBJECTS, p=weights / weights.sum()) + 1
+    gt_box, crowd = _boxes(rng, OBJECTS), rng.random(OBJECTS) < 0.01
+    annotations = [
+        {"id": i + 1, "image_id": int(m), "category_id": int(c), "bbox": b.tolist(), "area": float(b[2] * b[3]),
+         "iscrowd": int(k)}
+        for i, (m, c, b, k) in enumerate(zip(gt_image, gt_class, gt_box, crowd))
+    ]  # fmt: skip
+    # Up to 3 jittered copies per object (at most DETECTIONS an image), the rest random boxes.
+    source = np.repeat(np.arange(OBJECTS), 3)
+    source = source[np.argsort(rng.random(len(source)))]
+    source = source[np.argsort(gt_image[source], kind="stable")]
+    rank = np.arange(len(source)) - np.searchsorted(gt_image[source], gt_image[source])
+    source = source[rank < DETECTIONS]
+    scale = rng.uniform(0.02, 0.35, size=(len(source), 1))
+    near = gt_box[source] * np.exp(rng.normal(0, 1, (len(source), 4)) * scale * [0, 0, 1, 1])
+    near[:, :2] += rng.normal(0, 1, (len(source), 2)) * scale * gt_box[source, 2:]
+    near_class = np.where(rng.random(len(source)) < 0.8, gt_class[source], rng.integers(1, CLASSES + 1, len(source)))
+    near_score = np.clip(0.95 - 1.5 * scale[:, 0] + rng.normal(0, 0.2, len(source)), 0.001, 1.0)
+    per_image = np.bincount(gt_image[source], minlength=IMAGES + 1)[1:]
+    random_image = np.repeat(np.arange(1, IMAGES + 1), DETECTIONS - per_image)
+    image = np.concatenate([gt_image[source], random_image])
+    box = np.concatenate([near, _boxes(rng, len(random_image))])
+    label = np.concatenate([near_class, rng.integers(1, CLASSES + 1, len(random_image))])
+    score = np.concatenate([near_score, rng.beta(1, 6, len(random_image)) * 0.999 + 0.0005])
+    detections = [
+        {"image_id": int(m), "category_id": int(c), "bbox": b.tolist(), "score": float(s)}
+        for m, c, b, s in zip(image, label, box, score)
+    ]
+    ground_truth = {
+        "images": [{"id": i, "width": WIDTH, "height": HEIGHT} for i in range(1, IMAGES + 1)],
+        "annotations": annotations,
+        "categories": [{"id": c, "name": f"class_{c}"} for c in range(1, CLASSES + 1)],
+    }
+    return ground_truth, detections
+
+
+def _resident_mib() -> float:
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmRSS")) / 1024
+
+
+def _measure(method: str, seed: int) -> Dict[str, Any]:
+    """One method on the case, in this process: its time and memory."""
+    from pycocotools.coco import COCO
+    from pycocotools.cocoeval import COCOeval
+
+    ground_truth, detections = synthetic_case(seed)
+    with contextlib.redirect_stdout(io.StringIO()):
+        coco_gt = COCO()
+        coco_gt.dataset = ground_truth
+        coco_gt.createIndex()
+        coco_dt = coco_gt.loadRes(detections)
+    del detections
+    if method == "ours":
+        from alrp_d2.lrp import evaluate_coco  # imports torch: before the clock starts, as pycocotools
+    before = _resident_mib()
+    start = time.perf_counter()
+    olrp = None
+    if method == "ours":
+        olrp = evaluate_coco(coco_gt, coco_dt)["oLRP"]
+    else:
+        with contextlib.redirect_stdout(io.StringIO()):
+            coco_eval = COCOeval(coco_gt, coco_dt, "bbox")
+            coco_eval.evaluate()
+            coco_eval.accumulate()
+        if method == "official":
+            olrp = 100 * float(np.mean(coco_eval.eval["olrp"][:, 0, -1][coco_eval.eval["olrp"][:, 0, -1] > -1]))
+    seconds = time.perf_counter() - start
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {"method": method, "seconds": seconds, "peak_mib": peak, "before_mib": before, "oLRP": olrp}
+
+
+def _run(method: str, python: str, seed: int, official_repo: str) -> Dict[str, Any]:
+    env = dict(os.environ, PYTHONPATH=official_repo if method == "official" else ROOT)
+    command = [python, os.path.abspath(__file__), "--worker", method, "--seed", str(seed)]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        sys.exit(f"lrp_speed: the {method} run failed:\n{result.stderr[-3000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--official-python", required=False, help="interpreter for the official LRP-Error")
+    parser.add_argument("--official-repo", help="the official fork's pycocotools folder (its _mask built)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--worker", choices=("ours", "cocoeval", "official"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        print(json.dumps(_measure(args.worker, args.seed)))
+        return
+    print(f"case: {IMAGES} images, {OBJECTS} objects, {CLASSES} classes, {DETECTIONS} detections an image; "
+          f"load average {os.getloadavg()[0]:.2f} at the start")  # fmt: skip
+    methods = ["ours", "cocoeval"] + (["official"] if args.official_python else [])
+    runs = {}
+    for method in methods:
+        python = args.official_python if method == "official" else sys.executable
+        runs[method] = run = _run(method, python, args.seed, args.official_repo or "")
+        print(f"{method:>9}: {run['seconds']:7.2f} s, peak resident {run['peak_mib']:6.0f} MiB "
+              f"({run['before_mib']:.0f} MiB before the evaluation)")  # fmt: skip
+    ratio = runs["ours"]["seconds"] / runs["cocoeval"]["seconds"]
+    print(f"ours / COCOeval evaluate+accumulate: {ratio:.3f} (bound 1.2)")
+    if "official" in runs:
+        speedup = runs["official"]["seconds"] / runs["ours"]["seconds"]
+        print(f"official / ours: {speedup:.1f}x (bound 10x); oLRP ours {runs['ours']['oLRP']:.6f}, "
+              f"official {runs['official']['oLRP']:.6f}")  # fmt: skip
+    print(f"load average {os.getloadavg()[0]:.2f} at the end")
+
+
+if __name__ == "__main__":
+    main()

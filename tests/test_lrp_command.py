@@ -1,0 +1,86 @@
+"""``python -m alrp_d2.lrp``: the table and the JSON object (the keys of evaluate_coco, equal to the official LRP-Error
+on its fixtures), and bad files refused with one line naming the file and the entry, exit status 2."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+import pytest
+
+from alrp_d2.lrp import LRP_METRICS, PER_CLASS_KEYS
+from alrp_d2.lrp.__main__ import main
+
+from .lrp_official_cases import case_files, official
+
+
+@pytest.mark.parametrize("case", ["boxes", "masks"])
+def test_json_equals_official(case, capsys):
+    gt_file, dt_file = case_files(case)
+    reference = official(case)
+    assert main([str(gt_file), str(dt_file), "--iou-type", reference["iou_type"], "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert set(printed) == {*LRP_METRICS, *PER_CLASS_KEYS, "classes", "num_gt_per_class"}
+    for key in ("oLRP", "oLRP_loc", "oLRP_FP", "oLRP_FN"):
+        assert printed[key] == pytest.approx(reference[key], abs=1e-6), key
+    expected = [None if math.isnan(v) else v for v in reference["thresholds"]]
+    assert printed["thresholds"] == pytest.approx(expected)
+
+
+def test_table(capsys):
+    assert main([str(path) for path in case_files("boxes")]) == 0
+    out = capsys.readouterr().out
+    assert "oLRP_FN" in out and "class0" in out and "threshold" in out
+    assert f"{official('boxes')['oLRP']:.3f}" in out
+
+
+def write(tmp_path, name, content):
+    path = tmp_path / name
+    path.write_text(content if isinstance(content, str) else json.dumps(content))
+    return str(path)
+
+
+GT = {
+    "images": [{"id": 1, "width": 20, "height": 20}],
+    "annotations": [{"id": 5, "image_id": 1, "category_id": 1, "bbox": [0, 0, 5, 5], "area": 25, "iscrowd": 0}],
+    "categories": [{"id": 1, "name": "a"}],
+}
+DET = {"image_id": 1, "category_id": 1, "bbox": [0, 0, 5, 4], "score": 0.5}
+
+
+@pytest.mark.parametrize(
+    "gt, detections, iou_type, message",
+    [
+        ("{", [DET], "bbox", "gt.json is not valid JSON"),
+        ([], [DET], "bbox", "gt.json: a COCO ground-truth file is an object"),
+        (
+            {**GT, "annotations": [{**GT["annotations"][0], "category_id": 7}]},
+            [DET],
+            "bbox",
+            r"gt.json: annotations\[0\] \(id 5\): category_id 7 is not a category",
+        ),
+        ({**GT, "annotations": [{**GT["annotations"][0], "iscrowd": None}]}, [DET], "bbox", "'iscrowd' must be 0 or 1"),
+        ({**GT, "images": [{"id": 1}, {"id": 1}]}, [DET], "bbox", r"gt.json: images\[1\] repeats the id 1"),
+        (GT, {"not": "a list"}, "bbox", "dt.json: a COCO results file is a list"),
+        (GT, [DET, {**DET, "image_id": 3}], "bbox", r"dt.json: entry 1: image_id 3 is not an image"),
+        (GT, [{**DET, "score": float("nan")}], "bbox", r"dt.json: entry 0: 'score' must be a finite number"),
+        (GT, [{**DET, "bbox": [0, 0, -1, 2]}], "bbox", "negative width"),
+        (GT, [DET], "segm", "has no 'segmentation'"),
+    ],
+)
+def test_bad_files_are_refused_naming_file_and_entry(tmp_path, capsys, gt, detections, iou_type, message):
+    gt_file, dt_file = write(tmp_path, "gt.json", gt), write(tmp_path, "dt.json", detections)
+    assert main([gt_file, dt_file, "--iou-type", iou_type]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    assert err.startswith("python -m alrp_d2.lrp: ") and re.search(message, err), err
+
+
+def test_missing_file_and_no_detection(tmp_path, capsys):
+    gt_file = write(tmp_path, "gt.json", GT)
+    assert main([gt_file, str(tmp_path / "missing.json")]) == 2
+    assert "missing.json: cannot be read" in capsys.readouterr().err
+    assert main([gt_file, write(tmp_path, "dt.json", []), "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["oLRP"] == 100.0 and printed["oLRP_FN"] == 100.0 and printed["oLRP_loc"] is None
