@@ -18,11 +18,11 @@ from detectron2.utils.events import EventStorage
 
 from alrp_d2.data.shapes import prepare_shapes_dataset, shapes_paths
 from alrp_d2.engine import AlrpTrainer, CollapseCheckHook, TrainingCollapsedError
-from alrp_d2.engine.collapse_check import OBJECTS_KEY, collapse_advice
+from alrp_d2.engine.collapse_check import OBJECTS_KEY, ObjectCountingLoader, collapse_advice
 from alrp_d2.engine.lazy_run import load_lazy_config, run_lazy_config
 
 from .lazy_switches import write_switched_config
-from .tiny_configs import tiny_retinanet_cfg
+from .tiny_configs import instances, tiny_retinanet_cfg
 
 
 def run_steps(hook: CollapseCheckHook, steps: list) -> EventStorage:
@@ -68,6 +68,26 @@ def test_a_batch_without_objects_is_no_collapse_and_does_not_break_a_real_one():
     assert not [name for name in storage.histories() if name.startswith("collapse/")]
     with pytest.raises(TrainingCollapsedError, match="up to iteration 3"):
         run_steps(CollapseCheckHook(), [learning(), {**zero, OBJECTS_KEY: 2.0}, empty, {**zero, OBJECTS_KEY: 1.0}])
+
+
+def test_the_loader_logs_the_objects_of_each_batch_it_gives():
+    """Each batch logs its objects when the trainer takes it; a loader without ``instances`` logs nothing (its steps
+    are all checked); the underlying loader's iterator is made when the trainer asks for one."""
+    made = []
+
+    class Loader:
+        def __iter__(self):
+            made.append(True)
+            return iter([[{"instances": instances([[0, 0, 5, 5]], [1])}, {"instances": instances([], [])}], [{}]])
+
+    with EventStorage() as storage:
+        batches = iter(ObjectCountingLoader(Loader()))
+        assert made == [True]
+        next(batches)
+        assert storage.latest()[OBJECTS_KEY][0] == 1.0
+        storage.iter = 1
+        next(batches)
+        assert storage.latest()[OBJECTS_KEY][1] == 0  # logged at iteration 0 only
 
 
 def test_the_advice_names_the_keys_of_the_run_s_config_system_and_model():
