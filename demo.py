@@ -10,6 +10,13 @@
 The config is built like train_net.py's (``alrp_d2.config.setup_cfg``: detectron2's defaults, the
 aLRP keys, the file, then ``--opts``); ``--dataset NAME ANNOTATIONS_JSON IMAGE_DIR`` registers a
 COCO-format dataset as train_net.py does, for its class names (``--opts DATASETS.TEST '("NAME",)'``).
+A ``.py`` config is a LazyConfig, loaded as train_net.py loads it, its ``--opts`` ``key=value`` overrides (the
+weights: ``train.init_checkpoint=model_final.pth``; the class names: ``dataloader.test.dataset.names=NAME``),
+predicting with ``alrp_d2.evaluation.lazy_predictor.LazyPredictor``:
+
+    python demo.py --config-file configs/quickstart/rtdetr_shapes.py --input ~/.cache/alrp_d2/datasets/shapes/val \
+        --output output/demo_rtdetr --opts train.init_checkpoint=output/quickstart_rtdetr/model_final.pth
+
 ``--input`` takes image files, directories (their images, sorted) and glob patterns (the matching
 files, sorted). Each input gets one image of the same file name in ``--output``. With
 ``--lrp-thresholds`` (the file COCOLRPEvaluator writes to OUTPUT_DIR/inference) a detection is
@@ -23,9 +30,9 @@ ratio that the test-time resize would make a side 0 pixels, or cannot be written
 skipped; the model is not
 loaded when no input names an image. Exit status: 0 when every input was drawn, 1 when some input
 failed, 2 for a usage error (e.g. ``--scale`` outside (0, 16], ``--confidence-threshold`` outside
-[0, 1] or NaN), an unusable config, threshold file or dataset, or weights that cannot
-be read safely, do not fit the config, hold NaN or infinite values, or were trained on other classes
-than the first dataset of DATASETS.TEST (nothing drawn). A threshold file must be the one the
+[0, 1] or NaN), an unusable config (one line naming the file and the key), threshold file or dataset,
+or weights that cannot be read safely, do not fit the config, hold NaN or infinite values, or were
+trained on other classes than the first dataset of DATASETS.TEST (nothing drawn). A threshold file must be the one the
 evaluator wrote for these weights (it records the model, the task and the classes).
 ``--allow-unsafe-config`` loads a config whose YAML tags construct Python objects (detectron2's
 behaviour; only for trusted files).
@@ -38,7 +45,7 @@ import glob
 import logging
 import os
 import sys
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from alrp_d2.known_warnings import ignore_third_party_deprecations
 
@@ -47,31 +54,45 @@ ignore_third_party_deprecations()  # before detectron2 is imported
 import numpy as np
 import torch
 import tqdm
+import yaml
 from detectron2.config import CfgNode
 from detectron2.data import Metadata, MetadataCatalog
 from detectron2.data.detection_utils import read_image
 from detectron2.structures import Instances
 from detectron2.utils.logger import setup_logger
 from detectron2.utils.visualizer import Visualizer
+from hydra.errors import HydraException
+from omegaconf import DictConfig
+from omegaconf.errors import OmegaConfBaseException
 from PIL import Image, UnidentifiedImageError
 
-from alrp_d2.checkpoint import IncompatibleWeightsError, NonFiniteWeightsError, UnreadableCheckpointError
+from alrp_d2.checkpoint import (
+    IncompatibleWeightsError,
+    NonFiniteWeightsError,
+    UnreadableCheckpointError,
+    weights_fingerprint,
+)
 from alrp_d2.checkpoint.safe_pickle import UnsafePickleError
 from alrp_d2.config import setup_cfg
 from alrp_d2.config.argument_types import drawing_scale, score_threshold
-from alrp_d2.data.dataset_classes import ClassesMismatchError, check_dataset_classes
+from alrp_d2.data.dataset_classes import ClassesMismatchError, check_classes, check_dataset_classes, dataset_classes
 from alrp_d2.data.image_errors import high_bit_depth_error
 from alrp_d2.data.image_size import ImageSizeError
 from alrp_d2.data.user_datasets import add_dataset_argument, register_user_datasets
-from alrp_d2.evaluation import AlrpPredictor, LRPThresholdPredictor
+from alrp_d2.engine.lazy_run import is_lazy_config, lazy_dataset_names, lazy_num_classes, load_lazy_config
+from alrp_d2.evaluation import AlrpPredictor, LRPThresholdPredictor, filter_by_class_thresholds, load_lrp_thresholds
+from alrp_d2.evaluation.lazy_predictor import LazyPredictor
 from alrp_d2.user_modules import add_import_argument, import_user_modules
 
 __all__ = [
+    "CONFIG_ERRORS",
     "IMAGE_EXTENSIONS",
     "ThresholdError",
     "build_predictor",
+    "config_error_line",
     "draw_detections",
     "expand_inputs",
+    "load_config",
     "run_demo",
 ]
 
@@ -80,6 +101,25 @@ GLOB_CHARACTERS = "*?["
 
 Failure = Tuple[str, str]  # (input, reason)
 Predict = Callable[[np.ndarray], Instances]
+Config = Union[CfgNode, DictConfig]  # a YAML config's, or a LazyConfig
+
+#: What loading and checking a config raises when it cannot be used: yacs' KeyError, AssertionError and ValueError, a
+#: YAML or Python syntax error, a missing file or module, an error of a LazyConfig's code, hydra's override grammar,
+#: omegaconf's errors, the class checks' ValueError.
+CONFIG_ERRORS = (
+    AssertionError,
+    AttributeError,
+    ImportError,
+    KeyError,
+    NameError,
+    OSError,
+    SyntaxError,
+    TypeError,
+    ValueError,
+    yaml.YAMLError,
+    HydraException,
+    OmegaConfBaseException,
+)
 
 logger = logging.getLogger("alrp_d2.demo")  # under the "alrp_d2" logger that main() sets up
 
@@ -140,24 +180,80 @@ def expand_inputs(inputs: Sequence[str]) -> Tuple[List[str], List[Failure]]:
     return list(paths.values()), failed
 
 
-def _test_metadata(cfg: CfgNode) -> Metadata:
-    return MetadataCatalog.get(cfg.DATASETS.TEST[0] if len(cfg.DATASETS.TEST) else "__unused")
+def load_config(path: str, opts: Sequence[str], allow_unsafe: bool = False) -> Config:
+    """The config of ``path`` with ``opts``: a LazyConfig (``.py``) with ``key=value`` overrides, as train_net.py loads
+    it, or a YAML config with ``KEY VALUE`` pairs (``setup_cfg``, frozen)."""
+    if is_lazy_config(path):
+        return load_lazy_config(path, opts)
+    cfg = setup_cfg(path, opts, allow_unsafe=allow_unsafe)
+    cfg.freeze()
+    return cfg
 
 
-def build_predictor(cfg: CfgNode, thresholds_path: Optional[str] = None, confidence: float = 0.5) -> Predict:
+def config_error_line(path: str, error: BaseException) -> str:
+    """One line naming the config file and what is wrong (the key, the line of a syntax error)."""
+    message = str(error.args[0]) if isinstance(error, KeyError) and error.args else str(error)
+    cause = error.__cause__
+    if isinstance(cause, SyntaxError):
+        message += f" ({cause.msg}, line {cause.lineno})"
+    line = " ".join(part.strip() for part in message.splitlines() if part.strip())
+    return line if path in line else f"{path}: {line}"
+
+
+def check_test_classes(cfg: Config) -> None:
+    """The classes of the config's first test dataset against the model's number of classes (the key of the model's
+    own config system: e.g. MODEL.DETR.NUM_CLASSES, model.num_classes)."""
+    options = "--opts (the number of classes of the weights)"
+    if isinstance(cfg, DictConfig):
+        key, expected = lazy_num_classes(cfg)
+        check_classes({"dataloader.test": lazy_dataset_names(cfg, "test")}, key, expected, "=", options)
+    else:
+        check_dataset_classes(cfg, include_train=False, options=options)
+
+
+def _test_dataset(cfg: Config) -> str:
+    names = lazy_dataset_names(cfg, "test") if isinstance(cfg, DictConfig) else list(cfg.DATASETS.TEST)
+    return names[0] if names else "__unused"
+
+
+def _lazy_predictor(cfg: DictConfig, thresholds_path: Optional[str], confidence: float) -> Predict:
+    """:func:`build_predictor` of a LazyConfig: the threshold file is checked against the classes of
+    ``dataloader.test``'s first dataset before the model is built, and against the loaded model after."""
+    classes = dataset_classes(_test_dataset(cfg)) if thresholds_path is not None else None
+    if thresholds_path is not None:
+        if classes is None:
+            raise ThresholdError("dataloader.test names no dataset with classes: the thresholds cannot be matched")
+        try:
+            class_thresholds = load_lrp_thresholds(thresholds_path, classes.names, classes.category_ids())
+        except (FileNotFoundError, ValueError) as error:
+            raise ThresholdError(str(error)) from error
+    predictor = LazyPredictor(cfg)
+    if thresholds_path is None:
+        return lambda image: _above(predictor(image)["instances"].to("cpu"), confidence)
+    record = {"architecture": type(predictor.model).__name__, "weights_sha256": weights_fingerprint(predictor.model)}
+    try:
+        load_lrp_thresholds(thresholds_path, classes.names, classes.category_ids(), model_record=record)
+    except ValueError as error:
+        raise ThresholdError(str(error)) from error
+    return lambda image: filter_by_class_thresholds(predictor(image)["instances"].to("cpu"), class_thresholds)
+
+
+def _above(instances: Instances, confidence: float) -> Instances:
+    return instances[instances.scores >= confidence]
+
+
+def build_predictor(cfg: Config, thresholds_path: Optional[str] = None, confidence: float = 0.5) -> Predict:
     """A function from a BGR image to the detections to draw, on the CPU: those of
     :class:`LRPThresholdPredictor` with ``thresholds_path``, or else those at or above
     ``confidence``. Raises :class:`ThresholdError`, before building the model, for an unusable
     threshold file, and IncompatibleWeightsError for weights that do not fit the config (an empty
-    MODEL.WEIGHTS draws the detections of a randomly initialised model, with a warning)."""
+    MODEL.WEIGHTS draws the detections of a randomly initialised model, with a warning). A LazyConfig predicts with
+    :class:`LazyPredictor` (its weights: ``train.init_checkpoint``)."""
+    if isinstance(cfg, DictConfig):
+        return _lazy_predictor(cfg, thresholds_path, confidence)
     if thresholds_path is None:
         predictor = AlrpPredictor(cfg)
-
-        def above_confidence(image: np.ndarray) -> Instances:
-            instances = predictor(image)["instances"].to("cpu")
-            return instances[instances.scores >= confidence]
-
-        return above_confidence
+        return lambda image: _above(predictor(image)["instances"].to("cpu"), confidence)
     try:
         lrp_predictor = LRPThresholdPredictor(cfg, thresholds_path)
     except IncompatibleWeightsError:
@@ -244,7 +340,7 @@ def _draw_one(
 
 
 def run_demo(
-    cfg: CfgNode,
+    cfg: Config,
     inputs: Sequence[str],
     output_dir: str,
     thresholds_path: Optional[str] = None,
@@ -267,7 +363,7 @@ def run_demo(
     if not paths:
         return [], failed
     predict = build_predictor(cfg, thresholds_path, confidence)
-    metadata = _test_metadata(cfg)
+    metadata = MetadataCatalog.get(_test_dataset(cfg))
     os.makedirs(output_dir, exist_ok=True)
     written: Dict[str, str] = {}
     for path in tqdm.tqdm(paths, desc="demo", unit="image"):
@@ -316,7 +412,8 @@ def get_parser() -> argparse.ArgumentParser:
         "--opts",
         default=[],
         nargs=argparse.REMAINDER,
-        help="config options as KEY VALUE pairs (e.g. MODEL.WEIGHTS ...)",
+        help="config options: KEY VALUE pairs of a YAML config (e.g. MODEL.WEIGHTS ...), key=value overrides of a "
+        "LazyConfig (e.g. train.init_checkpoint=...)",
     )
     return parser
 
@@ -330,14 +427,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     setup_logger()
     setup_logger(name="alrp_d2")
     confidence = 0.5 if args.confidence_threshold is None else args.confidence_threshold
-    try:  # a module, config, --dataset or dataset classes that cannot be used
+    try:  # a module or --dataset that cannot be used
         import_user_modules(args.imports)
-        cfg = setup_cfg(args.config_file, args.opts, allow_unsafe=args.allow_unsafe_config)
-        cfg.freeze()
         register_user_datasets(args.dataset)  # for the class names only: not evaluated
-        check_dataset_classes(cfg, include_train=False, options="--opts (the number of classes of the weights)")
     except (FileNotFoundError, ImportError, ValueError) as error:
         logger.error("%s", error)
+        return 2
+    try:  # a config, or dataset classes, that cannot be used: one line naming the file and the key
+        cfg = load_config(args.config_file, args.opts, allow_unsafe=args.allow_unsafe_config)
+        check_test_classes(cfg)
+    except CONFIG_ERRORS as error:
+        logger.error("%s", config_error_line(args.config_file, error))
         return 2
     try:
         written, failed = run_demo(

@@ -122,7 +122,38 @@ def test_cli_fails_clearly_without_metrics_json(tmp_path):
 def test_cli_fails_clearly_without_alrp_keys(tmp_path, capsys):
     run = write_metrics(tmp_path, [{"iteration": 19, "total_loss": 1.0}, {"iteration": 19, "bbox/AP": 10.0}])
     assert plot_tool.main([str(run)]) == 1
-    assert "has no aLRP keys" in capsys.readouterr().err
+    error = capsys.readouterr().err
+    assert "has none of the keys plotted" in error and "sb/<name>/cls" in error and "loss_rank" in error
+    assert len(error.strip().splitlines()) == 1
+
+
+def detr_record(iteration: int, terms: Sequence[str] = ("rank", "bbox", "giou")) -> Dict[str, float]:
+    """A metrics.json line of a HuggingFaceDETR run: every term of the last layer (no suffix), of 2 earlier layers,
+    of 3 layers' denoising queries and of the encoder's proposals."""
+    record = {"iteration": iteration, "total_loss": 20.0, "lr": 1e-3}
+    for suffix in ["", "_aux_0", "_aux_1", "_dn_0", "_dn_1", "_dn_2", "_enc"]:
+        for index, term in enumerate(terms):
+            record[f"loss_{term}{suffix}"] = 1.0 + index + 0.1 * len(suffix) - iteration / 1000
+    return record
+
+
+def test_a_detr_run_gets_its_ranking_terms_plotted(tmp_path):
+    records = [detr_record(i) for i in ITERATIONS] + [{"iteration": ITERATIONS[-1], "bbox/oLRP": 0.9}]
+    run = write_metrics(tmp_path / "run", records)
+    series = plot_tool.read_detr_series(str(run / "metrics.json"))
+    assert list(series) == ["rank", "bbox", "giou"]
+    assert set(series["rank"]) == {"", "_aux_0", "_aux_1", "_dn_0", "_dn_1", "_dn_2", "_enc"}
+    assert series["giou"]["_enc"][0] == ITERATIONS
+    (path,) = plot_tool.plot_training(str(run))
+    assert path == str(run / "plots" / "detr_loss_terms.png") and os.path.getsize(path) > 0
+
+
+def test_a_detr_trained_by_its_own_loss_says_why_nothing_is_plotted(tmp_path, capsys):
+    """RT-DETR's varifocal loss (criterion None) logs loss_vfl, loss_bbox, loss_giou: no ranking loss to plot."""
+    run = write_metrics(tmp_path, [detr_record(i, ("vfl", "bbox", "giou")) for i in ITERATIONS])
+    assert plot_tool.read_detr_series(str(run / "metrics.json")) == {}
+    assert plot_tool.main([str(run)]) == 1
+    assert "criterion None" in capsys.readouterr().err
 
 
 def test_a_single_record_is_drawn_as_a_marker(tmp_path):

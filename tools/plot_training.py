@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""Plots of an aLRP training run from detectron2's ``metrics.json`` (paper Figs. 2-4).
+"""Plots of an aLRP training run from detectron2's ``metrics.json`` (paper Figs. 2-4), and of the ranking-loss
+terms of a DETR run (``HuggingFaceDETR`` trained by a criterion of alrp_d2).
 
     python tools/plot_training.py output/quickstart_retinanet
     python tools/plot_training.py output/quickstart_faster_rcnn --out docs/figures
+    python tools/plot_training.py output/quickstart_rtdetr
 
 For every head found in the keys ("alrp" and "ap" for RetinaNet, "rpn_alrp" and "box_alrp" for
 Faster R-CNN, ...) it writes into ``--out`` (default ``OUTPUT_DIR/plots``):
@@ -13,6 +15,12 @@ Faster R-CNN, ...) it writes into ``--out`` (default ``OUTPUT_DIR/plots``):
     grad_ratio.png           <name>/grad_ratio, summed |dL/ds| over negatives / over positives,
                              with a reference line at 1 (paper Figs. 3-4, Theorem 2)
 
+and for a DETR run, whose set-prediction loss logs ``loss_rank``, ``loss_bbox``, ``loss_giou`` (``loss_loc``,
+``loss_corr``) per set of predictions (no suffix: the last decoder layer; ``_aux_<i>``: an earlier layer;
+``_dn_<i>``: a layer's denoising queries; ``_enc``: the encoder's proposals):
+
+    detr_loss_terms.png      one panel per term, one line per set of predictions (weighted, as trained)
+
 A figure whose keys the run did not log (e.g. no weight with a constant localisation weight) is
 not written. Lines without these keys (evaluation results) are ignored; the values are those of
 detectron2's JSONWriter (every SOLVER.LOG_PERIOD iterations, default 20, cls/loc/grad_ratio smoothed
@@ -21,8 +29,8 @@ by a median over as many iterations). When a resumed run logged an iteration aga
 A series of one record (a run shorter than the logging period) is drawn as a marker.
 
 Exit status: 0 when the plots were written; 1 with a message when OUTPUT_DIR has no
-metrics.json, metrics.json has none of these keys or a line whose ``iteration`` is no integer
-(the message gives the line number).
+metrics.json, metrics.json has none of these keys (e.g. a DETR trained by its own loss, ``criterion=None``, logs
+no ``loss_rank``) or a line whose ``iteration`` is no integer (the message gives the line number).
 """
 
 from __future__ import annotations
@@ -35,21 +43,23 @@ import os
 import re
 import sys
 from collections import defaultdict
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-__all__ = ["DPI", "FIGSIZE", "METRICS_FILE", "plot_training", "read_head_series"]
+__all__ = ["DPI", "FIGSIZE", "METRICS_FILE", "plot_training", "read_detr_series", "read_head_series"]
 
 FIGSIZE = (6.4, 4.0)  # inches; the PNGs are FIGSIZE x DPI pixels
 DPI = 100
 METRICS_FILE = "metrics.json"
 DEFAULT_OUT_SUBDIR = "plots"
 KINDS = ("cls", "loc", "weight", "grad_ratio")
+DETR_TERMS = ("rank", "bbox", "giou", "loc", "corr")  # the terms of alrp_d2's SetRankingLoss, in panel order
 
 _SB_KEY = re.compile(r"^sb/(?P<head>[^/]+)/(?P<kind>cls|loc|weight)$")
 _RATIO_KEY = re.compile(r"^(?P<head>[^/]+)/(?P<kind>grad_ratio)$")
+_DETR_KEY = re.compile(r"^loss_(?P<term>rank|bbox|giou|loc|corr)(?P<set>_aux_\d+|_dn_\d+|_enc|)$")
 
 Series = Tuple[List[int], List[float]]
 HeadSeries = Dict[str, Dict[str, Series]]
@@ -81,20 +91,39 @@ def _records(path: str):
                 yield record
 
 
-def read_head_series(metrics_path: str) -> HeadSeries:
-    """``{kind: {head: (iterations, values)}}`` for the kinds cls, loc, weight and grad_ratio
-    found in ``metrics_path``, sorted by iteration."""
+def _series(metrics_path: str, classify: Callable[[str], Optional[Tuple[str, str]]]) -> HeadSeries:
+    """``{kind: {head: (iterations, values)}}`` of the keys that ``classify`` maps to (kind, head), sorted by
+    iteration."""
     by_iteration: Dict[Tuple[str, str], Dict[int, float]] = defaultdict(dict)
     for record in _records(metrics_path):
         for key, value in record.items():
-            kind_head = _kind_and_head(key)
+            kind_head = classify(key)
             if kind_head is not None:
                 by_iteration[kind_head][int(record["iteration"])] = float(value)
-    series: HeadSeries = {kind: {} for kind in KINDS}
+    series: HeadSeries = defaultdict(dict)
     for (kind, head), values in by_iteration.items():
         iterations = sorted(values)
         series[kind][head] = (iterations, [values[i] for i in iterations])
     return series
+
+
+def read_head_series(metrics_path: str) -> HeadSeries:
+    """``{kind: {head: (iterations, values)}}`` for the kinds cls, loc, weight and grad_ratio
+    found in ``metrics_path``, sorted by iteration."""
+    found = _series(metrics_path, _kind_and_head)
+    return {kind: found.get(kind, {}) for kind in KINDS}
+
+
+def _detr_term_and_set(key: str) -> Optional[Tuple[str, str]]:
+    match = _DETR_KEY.match(key)
+    return (match["term"], match["set"]) if match else None
+
+
+def read_detr_series(metrics_path: str) -> HeadSeries:
+    """``{term: {set suffix: (iterations, values)}}`` of a DETR run's ranking-loss terms (``loss_<term><suffix>``,
+    :data:`DETR_TERMS`); empty without a ``loss_rank`` key (e.g. a DETR trained by its own loss)."""
+    found = _series(metrics_path, _detr_term_and_set)
+    return {term: found[term] for term in DETR_TERMS if term in found} if "rank" in found else {}
 
 
 def _marker(series: Series) -> Optional[str]:
@@ -157,6 +186,35 @@ def _grad_ratio_figure(ratios: Dict[str, Series]) -> Figure:
     return figure
 
 
+def _set_label(suffix: str) -> str:
+    """The set of predictions of a loss-key suffix (hf_loss_function's ``SetPrediction.suffix``)."""
+    if not suffix:
+        return "last layer"
+    if suffix == "_enc":
+        return "encoder proposals"
+    kind, layer = suffix[1:].rsplit("_", 1)
+    return f"layer {layer}" if kind == "aux" else f"layer {layer}, denoising"
+
+
+def _set_style(suffix: str) -> Dict[str, object]:
+    if not suffix:
+        return {"color": "black", "linewidth": 2}
+    if suffix == "_enc":
+        return {"color": "tab:red", "linestyle": ":"}
+    return {"alpha": 0.6, "linewidth": 1, "linestyle": "--" if suffix.startswith("_dn") else "-"}
+
+
+def _detr_figure(terms: HeadSeries) -> Figure:
+    figure, axes = _new_figure("Ranking-loss terms of the DETR's sets of predictions (weighted)", len(terms))
+    for ax, (term, sets) in zip(axes, terms.items()):
+        for suffix in sorted(sets, key=lambda s: (s != "", s.startswith("_dn"), s == "_enc", s)):
+            ax.plot(*sets[suffix], marker=_marker(sets[suffix]), label=_set_label(suffix), **_set_style(suffix))
+        ax.set_title(f"loss_{term}")
+    axes[0].set_ylabel("loss")
+    axes[0].legend(fontsize="x-small")
+    return figure
+
+
 def _figures(series: HeadSeries) -> Dict[str, Figure]:
     figures: Dict[str, Figure] = {}
     if series["cls"] or series["loc"]:
@@ -174,7 +232,7 @@ def plot_training(output_dir: str, out_dir: Optional[str] = None) -> List[str]:
 
     Raises:
         FileNotFoundError: ``output_dir`` has no metrics.json.
-        ValueError: metrics.json has no sb/<name>/{cls,loc,weight} or <name>/grad_ratio key, or a
+        ValueError: metrics.json has no sb/<name>/{cls,loc,weight}, <name>/grad_ratio or loss_rank* key, or a
             line whose ``iteration`` is no integer (named by its line number).
     """
     metrics_path = os.path.join(output_dir, METRICS_FILE)
@@ -184,10 +242,15 @@ def plot_training(output_dir: str, out_dir: Optional[str] = None) -> List[str]:
             "training run (its JSONWriter writes metrics.json every SOLVER.LOG_PERIOD iterations)"
         )
     figures = _figures(read_head_series(metrics_path))
+    detr_terms = read_detr_series(metrics_path)
+    if detr_terms:
+        figures["detr_loss_terms.png"] = _detr_figure(detr_terms)
     if not figures:
         raise ValueError(
-            f"{metrics_path} has no aLRP keys (sb/<name>/cls, sb/<name>/loc, sb/<name>/weight, "
-            "<name>/grad_ratio): was the run trained with a ranking loss of alrp_d2?"
+            f"{metrics_path} has none of the keys plotted: a detector head's ranking loss (sb/<name>/cls, "
+            "sb/<name>/loc, sb/<name>/weight, <name>/grad_ratio) or a DETR's set-prediction ranking loss "
+            "(loss_rank, loss_rank_aux_<i>, ...); a run trained by another loss (e.g. a DETR's own, criterion None) "
+            "logs none of them"
         )
     out_dir = out_dir or os.path.join(output_dir, DEFAULT_OUT_SUBDIR)
     os.makedirs(out_dir, exist_ok=True)

@@ -11,6 +11,7 @@ from detectron2.config import get_cfg
 
 from .keys import add_alrp_config
 from .validation import validate_alrp_config
+from .yaml_bound import check_option_values, check_yaml_size
 
 __all__ = ["UnsafeConfigError", "setup_cfg"]
 
@@ -28,9 +29,11 @@ def setup_cfg(config_file: Optional[str] = None, opts: Sequence[str] = (), allow
     Python object (``!!python/object/apply:...``) raises :class:`UnsafeConfigError`, unless
     ``allow_unsafe`` (train_net.py / demo.py ``--allow-unsafe-config``), which falls back to
     detectron2's ``yaml.unsafe_load`` for such files."""
+    check_option_values(opts)  # bounded before yacs reads them (alias bombs: yaml_bound.py)
     cfg = get_cfg()
     add_alrp_config(cfg)
     if config_file:
+        check_yaml_size(config_file)
         try:
             cfg.merge_from_file(config_file, allow_unsafe=allow_unsafe)
         except yaml.constructor.ConstructorError as error:

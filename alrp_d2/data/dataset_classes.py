@@ -16,12 +16,13 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from detectron2.config import CfgNode
 from detectron2.data import DatasetCatalog, MetadataCatalog
-from detectron2.modeling import META_ARCH_REGISTRY, GeneralizedRCNN
+from detectron2.modeling import META_ARCH_REGISTRY, GeneralizedRCNN, RetinaNet
 
 from ..json_file import load_json
 
 __all__ = [
     "ClassesMismatchError",
+    "DETECTRON2_NUM_CLASSES_KEYS",
     "DatasetClasses",
     "check_classes",
     "check_dataset_classes",
@@ -153,16 +154,36 @@ def dataset_classes(name: str) -> Optional[DatasetClasses]:
     return DatasetClasses(name, tuple(names), tuple(by_class[i] for i in range(len(names))))
 
 
+#: The number-of-classes key of detectron2's meta-architectures, which cannot declare it themselves: the key of the
+#: first of these classes the architecture is (a subclass of).
+DETECTRON2_NUM_CLASSES_KEYS: Tuple[Tuple[type, str], ...] = (
+    (GeneralizedRCNN, "MODEL.ROI_HEADS.NUM_CLASSES"),
+    (RetinaNet, "MODEL.RETINANET.NUM_CLASSES"),
+)
+
+
 def num_classes_key(cfg: CfgNode) -> str:
-    """The config key of the number of classes of cfg's detector: ROI_HEADS' for a registered ``GeneralizedRCNN``
-    or subclass (importing ``alrp_d2`` registers the project's)."""
+    """The config key of the number of classes of cfg's detector, as its registered meta-architecture says: its class
+    attribute ``num_classes_key`` (the project's detectors, e.g. ``HuggingFaceDETR``'s ``MODEL.DETR.NUM_CLASSES``), or
+    for detectron2's :data:`DETECTRON2_NUM_CLASSES_KEYS`. Raises ValueError naming MODEL.META_ARCHITECTURE for an
+    unregistered architecture or one that does not say where its count lives."""
     architecture = cfg.MODEL.META_ARCHITECTURE
-    if architecture in META_ARCH_REGISTRY and issubclass(META_ARCH_REGISTRY.get(architecture), GeneralizedRCNN):
-        return "MODEL.ROI_HEADS.NUM_CLASSES"
-    for family in ("FOVEABOX", "FCOS"):
-        if family in architecture.upper():
-            return f"MODEL.{family}.NUM_CLASSES"
-    return "MODEL.RETINANET.NUM_CLASSES"
+    if architecture not in META_ARCH_REGISTRY:
+        raise ValueError(
+            f"MODEL.META_ARCHITECTURE {architecture!r} is not registered in detectron2's META_ARCH_REGISTRY: "
+            "--import the module that registers it"
+        )
+    model_class = META_ARCH_REGISTRY.get(architecture)
+    declared = getattr(model_class, "num_classes_key", None)
+    if isinstance(declared, str):
+        return declared
+    for base, key in DETECTRON2_NUM_CLASSES_KEYS:
+        if issubclass(model_class, base):
+            return key
+    raise ValueError(
+        f"MODEL.META_ARCHITECTURE {architecture!r} does not say which config key holds its number of classes: give "
+        f"{model_class.__name__} the class attribute num_classes_key (e.g. 'MODEL.ROI_HEADS.NUM_CLASSES')"
+    )
 
 
 def model_num_classes(cfg: CfgNode) -> Tuple[str, int]:

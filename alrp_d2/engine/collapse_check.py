@@ -1,15 +1,27 @@
 """A training run that stops learning says so: the hook that reads what the trainer and the heads already logged
 this step (detectron2's ``EventStorage``: the loss values, the heads' sample counts, the ranking losses' statistics
-of :class:`~alrp_d2.engine.SelfBalanceHook`) and reports a collapse within ``patience`` iterations."""
+of :class:`~alrp_d2.engine.SelfBalanceHook`, the batch's number of objects of :class:`ObjectCountingLoader`) and
+reports a collapse within ``patience`` iterations of batches that have objects to rank."""
 
 from __future__ import annotations
 
 import logging
-from typing import Dict, Iterable, List, Set, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Set, Tuple
 
 from detectron2.engine import HookBase
+from detectron2.utils.events import get_event_storage
+from torch.nn.parallel import DistributedDataParallel
 
-__all__ = ["COUNT_KEYS", "SATURATED_LOGIT", "CollapseCheckHook", "TrainingCollapsedError"]
+from ..modeling.huggingface_detr import HuggingFaceDETR
+
+__all__ = [
+    "COUNT_KEYS",
+    "OBJECTS_KEY",
+    "SATURATED_LOGIT",
+    "CollapseCheckHook",
+    "ObjectCountingLoader",
+    "TrainingCollapsedError",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -28,24 +40,57 @@ COUNT_KEYS: Tuple[str, ...] = (
 SATURATED_LOGIT = 17.0
 
 
+#: The number of ground-truth objects of the step's batch (this process's images), which :class:`ObjectCountingLoader`
+#: logs: a batch without any object has nothing to rank, its losses are 0 by definition, and it is no collapse.
+OBJECTS_KEY = "batch/num_objects"
+
+
+class ObjectCountingLoader:
+    """The training loader whose every batch logs its number of ground-truth objects (:data:`OBJECTS_KEY`, the
+    ``instances`` of its images) in the trainer's ``EventStorage`` when the trainer takes it. Its iterator is made
+    when the trainer asks for it (the loader's own ``iter``: the draw of its workers' seed happens where it did)."""
+
+    def __init__(self, loader: Iterable[List[Dict[str, Any]]]):
+        self.loader = loader
+
+    def __iter__(self) -> Iterator[List[Dict[str, Any]]]:
+        batches = iter(self.loader)
+        return (self._counted(batch) for batch in batches)
+
+    @staticmethod
+    def _counted(batch: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+        """The batch, its objects logged when its images carry ``instances`` (a loader whose images carry none, e.g.
+        a user's, logs nothing: its steps are all checked)."""
+        if any("instances" in image for image in batch):
+            count = sum(len(image["instances"]) for image in batch if "instances" in image)
+            get_event_storage().put_scalar(OBJECTS_KEY, float(count), smoothing_hint=False)
+        return batch
+
+
 class TrainingCollapsedError(FloatingPointError):
     """Every loss of the run has been exactly 0 for several iterations: no parameter gets a gradient. A
     ``FloatingPointError`` as detectron2's error for a non-finite loss, so that code catching that one catches both."""
 
 
-def collapse_advice(lazy: bool) -> str:
-    """What to change, in the keys of the config system of the run."""
-    if lazy:
+def collapse_advice(lazy: bool, detr: bool = False) -> str:
+    """What to change, in the keys of the config system of the run (``lazy``: a LazyConfig's fields, else YAML keys)
+    and of its model (``detr``: a :class:`HuggingFaceDETR`, whose backbone and weights are its HF config's)."""
+    if detr:
+        weights = "model.pretrained or train.init_checkpoint" if lazy else "MODEL.DETR.PRETRAINED or MODEL.WEIGHTS"
+        norm = "model.hf_config's backbone" if lazy else "MODEL.DETR.HF_CONFIG's backbone"
+    elif lazy:
         weights = "train.init_checkpoint"
         norm = (
             "model.backbone.bottom_up.stem.norm and model.backbone.bottom_up.stages.norm 'BN' (or 'SyncBN') and "
             "model.backbone.norm 'GN'"
         )
-        warmup = "lr_multiplier.warmup_length (a fraction of train.max_iter: a shortened run shrinks the warm-up)"
-        lr = "optimizer.lr"
     else:
         weights = "MODEL.WEIGHTS"
         norm = "MODEL.RESNETS.NORM 'BN' (or 'SyncBN') and MODEL.FPN.NORM 'GN'"
+    if lazy:
+        warmup = "lr_multiplier.warmup_length (a fraction of train.max_iter: a shortened run shrinks the warm-up)"
+        lr = "optimizer.lr"
+    else:
         warmup = "SOLVER.WARMUP_ITERS"
         lr = "SOLVER.BASE_LR"
     return (
@@ -58,8 +103,9 @@ def collapse_advice(lazy: bool) -> str:
 
 
 class CollapseCheckHook(HookBase):
-    """After every step, reads the values this step put in the trainer's ``EventStorage`` (no tensor, no host
-    synchronisation) and reports a run that stops learning:
+    """After every step whose batch has objects (a step whose :data:`OBJECTS_KEY` is 0 is skipped: nothing to rank,
+    its losses are 0 by definition), reads the values this step put in the trainer's ``EventStorage`` (no tensor, no
+    host synchronisation) and reports a run that stops learning:
 
     - every ``loss_*`` value exactly 0 for ``patience`` iterations in a row: :class:`TrainingCollapsedError` (only
       the main process has the loss values; detectron2's launcher ends the others);
@@ -78,13 +124,21 @@ class CollapseCheckHook(HookBase):
             raise ValueError(f"patience must be >= 1 iteration, got {patience}")
         self.patience = patience
         self.lazy = lazy
+        self.detr = False  # whether the trained model is a HuggingFaceDETR (its advice), set before training
         self._zero_runs: Dict[str, int] = {}  # watched key -> iterations in a row at exactly 0
         self._warned: Set[str] = set()
+
+    def before_train(self) -> None:
+        model = self.trainer.model
+        model = model.module if isinstance(model, DistributedDataParallel) else model
+        self.detr = isinstance(model, HuggingFaceDETR)
 
     def after_step(self) -> None:
         storage = self.trainer.storage
         iteration = self.trainer.iter
         step = {name: value for name, (value, logged) in storage.latest().items() if logged == iteration}
+        if step.get(OBJECTS_KEY) == 0.0:
+            return
         losses = [value for name, value in step.items() if name.startswith("loss_")]
         if losses:
             self._count("all losses", all(value == 0.0 for value in losses))
@@ -92,7 +146,7 @@ class CollapseCheckHook(HookBase):
                 raise TrainingCollapsedError(
                     f"every loss ({', '.join(sorted(n for n in step if n.startswith('loss_')))}) has been exactly 0 "
                     f"for {self._zero_runs['all losses']} iterations up to iteration {iteration}: no parameter gets "
-                    f"a gradient, the run has collapsed. {collapse_advice(self.lazy)}"
+                    f"a gradient, the run has collapsed. {collapse_advice(self.lazy, self.detr)}"
                 )
         flagged: List[str] = []
         for key in self._watched(step):
@@ -110,7 +164,7 @@ class CollapseCheckHook(HookBase):
                 iteration,
                 ", ".join(self._describe(key) for key in new),
                 self.patience,
-                collapse_advice(self.lazy),
+                collapse_advice(self.lazy, self.detr),
             )
 
     def state_dict(self) -> Dict[str, Dict]:

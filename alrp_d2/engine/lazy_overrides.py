@@ -19,6 +19,8 @@ from fvcore.common.checkpoint import PeriodicCheckpointer
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from ..config.yaml_bound import check_value_size
+
 __all__ = ["UnknownConfigKeyError", "apply_checked_overrides"]
 
 #: Plain dicts of detectron2's LazyConfigs that are the arguments of a callable (``train.checkpointer``).
@@ -161,6 +163,7 @@ def apply_checked_overrides(
     texts: List[str] = list(overrides)
     for text, parsed in zip(texts, OverridesParser.create().parse_overrides(texts)):
         key = parsed.key_or_group
+        check_value_size(parsed.value(), f"{path}: the override {key}=...")
         if not parsed.is_add() and not _known(cfg, key, extra_train_keys):
             raise UnknownConfigKeyError(_unknown_key_message(cfg, key, path, extra_train_keys))
         before = _select(cfg, key)

@@ -39,7 +39,8 @@ from ..data.training_filter import training_dataset_dicts
 from ..data.worker_lifetime import workers_die_with_parent
 from ..evaluation import COCOLRPEvaluator
 from .buffer_sync import broadcast_buffers_from_main
-from .collapse_check import CollapseCheckHook
+from .collapse_check import CollapseCheckHook, ObjectCountingLoader
+from .loss_record import LossRecordHook
 from .self_balance import SelfBalanceHook, find_ranking_losses, self_balance_period
 from .writers import alrp_writers
 
@@ -122,7 +123,8 @@ class RunTrainer(DefaultTrainer):
         TrainerBase.__init__(self)
         self.run = run
         model = create_ddp_model(run.model, **ddp_arguments(run.device, run.ddp))
-        self._trainer = (AMPTrainer if run.amp else SimpleTrainer)(model, run.data_loader, run.optimizer)
+        loader = ObjectCountingLoader(run.data_loader)  # the collapse check skips batches without objects
+        self._trainer = (AMPTrainer if run.amp else SimpleTrainer)(model, loader, run.optimizer)
         self.scheduler = run.lr_scheduler
         self.checkpointer = AlrpCheckpointer(
             model,
@@ -162,6 +164,7 @@ class RunTrainer(DefaultTrainer):
             self_balanced = any(loss.self_balanced for loss in losses.values())
             hook_list.append(SelfBalanceHook(run.self_balance_period() if self_balanced else None))
         hook_list.append(CollapseCheckHook(lazy=run.lazy_config))
+        hook_list.append(LossRecordHook(lazy=run.lazy_config))  # resuming with another loss is refused
         main = comm.is_main_process()
         hook_list += [
             hooks.PeriodicCheckpointer(self.checkpointer, run.checkpoint_period, max_to_keep=run.max_checkpoints)

@@ -31,6 +31,7 @@ class ConfigurableFCOS(FCOS):
 
     # Whether MODEL.FCOS.CENTERNESS may be "none" (a head without the branch).
     centerness_optional = False
+    num_classes_key = "MODEL.FCOS.NUM_CLASSES"  # the number of classes the dataset checks compare
 
     @configurable
     def __init__(self, **kwargs):

@@ -151,6 +151,8 @@ class FoveaBox(KeepEmptyDetections, OfficialOrderInference, RetinaNet):
     MODEL.FOVEABOX.CLIP_TO_LAST_PIXEL and TEST.KEEP_EMPTY_DETECTIONS.
     """
 
+    num_classes_key = "MODEL.FOVEABOX.NUM_CLASSES"  # the number of classes the dataset checks compare
+
     official_inference = True  # FoveaBox always selects detections in the official order
 
     @configurable

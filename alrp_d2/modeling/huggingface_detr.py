@@ -21,6 +21,7 @@ from ..config.checks import require_config
 from ..detr import SetRankingLoss, set_ranking_loss
 from .detr_detections import top_k_detections
 from .detr_inputs import detr_batch, hf_labels
+from .detr_pretrained import check_pretrained
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -54,6 +55,7 @@ def build_hf_detr(hf_config: Mapping[str, Any], pretrained: str, num_classes: in
     options = dict(plain(hf_config))
     model_type = options.pop("model_type", None)
     if pretrained:
+        check_pretrained(pretrained)  # a missing folder, one without weights, or with non-finite weights
         model = AutoModelForObjectDetection.from_pretrained(
             pretrained, num_labels=num_classes, ignore_mismatched_sizes=True, **options
         )
@@ -107,6 +109,7 @@ class HuggingFaceDETR(nn.Module):
 
     pixel_mean: Tensor
     pixel_std: Tensor
+    num_classes_key = "MODEL.DETR.NUM_CLASSES"  # the number of classes the dataset checks compare
 
     @configurable
     def __init__(

@@ -58,6 +58,7 @@ FLAGSHIPS = {
     "COCO-Detection/rs_cascade_rcnn_R_50_FPN_1x.py": lambda cfg: cfg,
     "quickstart/rs_mask_rcnn_switch_shapes.py": lambda cfg: cfg,
     "quickstart/rtdetr_shapes.py": _tiny_detr,
+    "quickstart/deformable_detr_shapes.py": lambda cfg: cfg,  # tiny already
     "COCO-Detection/rtdetr_v2_R_50_vd_6x_varifocal.py": _tiny_detr,
     "COCO-Detection/rtdetr_v2_R_50_vd_6x_rank_sort.py": _tiny_detr,
     "COCO-Detection/rtdetr_v2_R_50_vd_6x_alrp.py": _tiny_detr,

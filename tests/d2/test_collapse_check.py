@@ -5,19 +5,24 @@ Mask R-CNN switched to Rank & Sort Loss trained from random initialisation, stop
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 from types import SimpleNamespace
 from typing import Dict
 
 import pytest
+from detectron2.data import DatasetCatalog
+from detectron2.data.datasets import register_coco_instances
 from detectron2.utils.env import seed_all_rng
 from detectron2.utils.events import EventStorage
 
 from alrp_d2.data.shapes import prepare_shapes_dataset, shapes_paths
-from alrp_d2.engine import CollapseCheckHook, TrainingCollapsedError
+from alrp_d2.engine import AlrpTrainer, CollapseCheckHook, TrainingCollapsedError
+from alrp_d2.engine.collapse_check import OBJECTS_KEY, ObjectCountingLoader, collapse_advice
 from alrp_d2.engine.lazy_run import load_lazy_config, run_lazy_config
 
 from .lazy_switches import write_switched_config
+from .tiny_configs import instances, tiny_retinanet_cfg
 
 
 def run_steps(hook: CollapseCheckHook, steps: list) -> EventStorage:
@@ -52,6 +57,80 @@ def test_every_loss_exactly_zero_for_two_iterations_is_an_error_naming_the_keys(
     assert "MODEL.WEIGHTS" in str(error.value) and "SOLVER.WARMUP_ITERS" in str(error.value)
     with pytest.raises(TrainingCollapsedError, match="lr_multiplier.warmup_length"):
         run_steps(CollapseCheckHook(lazy=True), [zero, zero])
+
+
+def test_a_batch_without_objects_is_no_collapse_and_does_not_break_a_real_one():
+    """Zero losses of batches without objects are skipped: two of them in a row are no collapse, and a collapse of
+    batches with objects is counted across them (iteration 3 is the second batch with objects at 0)."""
+    zero = learning(loss_rpn_cls=0.0, loss_box_cls=0.0, **{"sb/box/cls": 0.0, "rpn/num_pos_anchors": 0.0})
+    empty = {**zero, OBJECTS_KEY: 0.0}
+    storage = run_steps(CollapseCheckHook(), [empty, empty, empty, learning(**{OBJECTS_KEY: 3.0})])
+    assert not [name for name in storage.histories() if name.startswith("collapse/")]
+    with pytest.raises(TrainingCollapsedError, match="up to iteration 3"):
+        run_steps(CollapseCheckHook(), [learning(), {**zero, OBJECTS_KEY: 2.0}, empty, {**zero, OBJECTS_KEY: 1.0}])
+
+
+def test_the_loader_logs_the_objects_of_each_batch_it_gives():
+    """Each batch logs its objects when the trainer takes it; a loader without ``instances`` logs nothing (its steps
+    are all checked); the underlying loader's iterator is made when the trainer asks for one."""
+    made = []
+
+    class Loader:
+        def __iter__(self):
+            made.append(True)
+            return iter([[{"instances": instances([[0, 0, 5, 5]], [1])}, {"instances": instances([], [])}], [{}]])
+
+    with EventStorage() as storage:
+        batches = iter(ObjectCountingLoader(Loader()))
+        assert made == [True]
+        next(batches)
+        assert storage.latest()[OBJECTS_KEY][0] == 1.0
+        storage.iter = 1
+        next(batches)
+        assert storage.latest()[OBJECTS_KEY][1] == 0  # logged at iteration 0 only
+
+
+def test_the_advice_names_the_keys_of_the_run_s_config_system_and_model():
+    assert "MODEL.DETR.PRETRAINED" in collapse_advice(lazy=False, detr=True)
+    lazy_detr = collapse_advice(lazy=True, detr=True)
+    assert "model.pretrained" in lazy_detr and "model.backbone.bottom_up" not in lazy_detr
+    assert "MODEL.RESNETS.NORM" in collapse_advice(lazy=False) and "optimizer.lr" in collapse_advice(lazy=True)
+
+
+def sparse_shapes(root, name: str, keep: int) -> str:
+    """The 8 training images of a shapes set, registered as ``name`` with the annotations of the first ``keep``
+    images only (the others have no object)."""
+    prepare_shapes_dataset(str(root), num_images={"train": 8, "val": 1})
+    json_file, image_root = shapes_paths(str(root), "train")
+    content = json.loads(open(json_file).read())
+    kept = {image["id"] for image in content["images"][:keep]}
+    content["annotations"] = [a for a in content["annotations"] if a["image_id"] in kept]
+    sparse = root / "sparse_train.json"
+    sparse.write_text(json.dumps(content))
+    if name not in DatasetCatalog:
+        register_coco_instances(name, {}, str(sparse), image_root)
+    return name
+
+
+def test_a_run_on_mostly_empty_images_trains_to_the_end(tmp_path):
+    """6 of 8 training images without objects kept (DATALOADER.FILTER_EMPTY_ANNOTATIONS False): batches without
+    objects in a row (all losses 0) do not stop the run."""
+    cfg = tiny_retinanet_cfg("quickstart/alrp_retinanet_shapes.yaml")
+    cfg.MODEL.RETINANET.NUM_CLASSES = 5
+    cfg.MODEL.RETINANET.NORM = cfg.MODEL.FPN.NORM = ""
+    cfg.DATASETS.TRAIN, cfg.DATASETS.TEST = (sparse_shapes(tmp_path, "sparse_shapes_train", keep=2),), ()
+    cfg.DATALOADER.FILTER_EMPTY_ANNOTATIONS = False
+    cfg.DATALOADER.NUM_WORKERS = 0
+    cfg.SOLVER.IMS_PER_BATCH, cfg.SOLVER.MAX_ITER, cfg.SOLVER.STEPS = 2, 6, ()
+    cfg.SOLVER.CHECKPOINT_PERIOD, cfg.SOLVER.LOG_PERIOD = 6, 1
+    cfg.SEED, cfg.OUTPUT_DIR = 1, str(tmp_path / "output")
+    trainer = AlrpTrainer(cfg)
+    trainer.resume_or_load(resume=False)
+    trainer.train()
+    records = [json.loads(line) for line in (tmp_path / "output" / "metrics.json").read_text().splitlines()]
+    empty = [r["iteration"] for r in records if r[OBJECTS_KEY] == 0 and r["total_loss"] == 0]
+    assert any(b == a + 1 for a, b in zip(empty, empty[1:])), records  # two empty batches in a row were trained
+    assert records[-1]["iteration"] == cfg.SOLVER.MAX_ITER - 1
 
 
 def test_one_zero_iteration_is_not_reported():

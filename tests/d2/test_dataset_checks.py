@@ -136,6 +136,30 @@ def test_r_cnn_subclasses_are_checked_against_the_roi_heads_classes(architecture
         check_dataset_classes(cfg)
 
 
+@pytest.mark.parametrize(
+    "architecture, key",
+    [
+        ("HuggingFaceDETR", "MODEL.DETR.NUM_CLASSES"),
+        ("AlrpFoveaBox", "MODEL.FOVEABOX.NUM_CLASSES"),
+        ("AlrpFCOS", "MODEL.FCOS.NUM_CLASSES"),
+        ("RankSortATSS", "MODEL.RETINANET.NUM_CLASSES"),
+    ],
+)
+def test_every_architecture_is_checked_against_its_own_number_of_classes(architecture, key):
+    cfg = setup_cfg(None, ["MODEL.META_ARCHITECTURE", architecture, key, "3"])
+    cfg.DATASETS.TRAIN, cfg.DATASETS.TEST = ("shapes_train",), ("shapes_val",)
+    with pytest.raises(ValueError, match=f"has 5 categories but {key} is 3"):
+        check_dataset_classes(cfg)
+    cfg.merge_from_list([key, 5])
+    check_dataset_classes(cfg)
+
+
+def test_an_architecture_that_does_not_say_where_its_classes_live_is_named():
+    cfg = setup_cfg(None, ["MODEL.META_ARCHITECTURE", "NoSuchDetector"])
+    with pytest.raises(ValueError, match="'NoSuchDetector' is not registered"):
+        check_dataset_classes(cfg)
+
+
 def test_train_net_and_the_trainer_check_the_classes(tmp_path):
     cfg = tiny_retinanet_cfg()
     cfg.DATASETS.TRAIN, cfg.DATASETS.TEST = ("shapes_train",), ()

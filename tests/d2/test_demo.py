@@ -174,3 +174,31 @@ def test_labels_are_scaled_to_the_drawing():
     assert drawn.shape == default.shape == (128, 128, 3)
     changed, changed_by_default = ((d != image).any(axis=2).sum() for d in (drawn, default))
     assert 0 < changed < 0.8 * changed_by_default
+
+
+def test_every_config_error_is_one_line_naming_the_file_and_the_key(demo, inputs, tmp_path):
+    """demo.py exits 2 on a config it cannot use, LazyConfig or YAML, with one line naming the file and the key (or
+    the line of a syntax error)."""
+    lazy = str(REPO_ROOT / "configs" / "quickstart" / "rtdetr_shapes.py")
+    yaml_config = str(REPO_ROOT / "configs" / "quickstart" / "alrp_retinanet_shapes.yaml")
+    broken_yaml, broken_py = tmp_path / "broken.yaml", tmp_path / "broken.py"
+    broken_yaml.write_text("MODEL: [\n")
+    broken_py.write_text("model = (\n")
+    cases = [
+        (lazy, ["train.max_itr=3"], "train.max_itr"),
+        (lazy, ["model.num_classes=3"], "model.num_classes"),
+        (lazy, ["train.max_iter"], "train.max_iter"),
+        (str(broken_py), [], "line 1"),
+        (yaml_config, ["MODEL.NO_SUCH_KEY", "1"], "MODEL.NO_SUCH_KEY"),
+        (yaml_config, ["MODEL.RETINANET.NUM_CLASSES", "3"], "MODEL.RETINANET.NUM_CLASSES"),
+        (str(broken_yaml), [], "line 2"),
+        (str(tmp_path / "missing.yaml"), [], "missing.yaml"),
+    ]
+    for path, options, key in cases:
+        with pytest.raises(demo.CONFIG_ERRORS) as error:
+            demo.check_test_classes(demo.load_config(path, options))
+        line = demo.config_error_line(path, error.value)
+        assert "\n" not in line and path in line and key in line, (path, options, line)
+        arguments = ["--config-file", path, "--input", inputs["dir"], "--output", str(tmp_path / "out")]
+        assert demo.main([*arguments, "--opts", *options]) == 2
+    assert not (tmp_path / "out").exists()

@@ -1,23 +1,28 @@
 """The RT-DETR quickstart (configs/quickstart/rtdetr_shapes.py) through train_net.py at tiny scale: it trains with
 Rank & Sort Loss, evaluates with COCO AP and oLRP, a run resumed from a checkpoint ends with the weights of the
 uninterrupted run bit for bit (one intra-op thread), --eval-only evaluates the last checkpoint, ``DefaultPredictor``
-with the yacs keys of the same model predicts what the LazyConfig's model predicts, and --num-gpus 2 trains with one
-global ranking."""
+with the yacs keys of the same model predicts what the LazyConfig's :class:`LazyPredictor` predicts, --eval-only of
+the same model as a YAML config evaluates as the LazyConfig run, demo.py draws with the LazyConfig, and --num-gpus 2
+trains with one global ranking."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List
+from typing import List, Tuple
 
 import pytest
 import torch
-from detectron2.checkpoint import DetectionCheckpointer
-from detectron2.config import LazyConfig, instantiate
 from detectron2.data.detection_utils import read_image
 from detectron2.engine import DefaultPredictor
 
+import demo
+from alrp_d2.engine.lazy_run import load_lazy_config
+from alrp_d2.evaluation.lazy_predictor import LazyPredictor
+
 from .lazy_runs import final_weights, logged, run_train_net, shapes_dataset_arguments, train_then_resume
 from .tiny_detr_detectors import QUICKSTART, quickstart_yacs_config
+
+DEFORMABLE_QUICKSTART = QUICKSTART.replace("rtdetr_shapes.py", "deformable_detr_shapes.py")
 
 pytest.importorskip("transformers", reason="HuggingFaceDETR needs transformers: pip install -e '.[detr]'")
 
@@ -43,10 +48,15 @@ def overrides(output_dir: Path, batch_size: int = 2) -> List[str]:
     ]
 
 
-def test_quickstart_trains_evaluates_resumes_exactly_and_predicts(datasets, tmp_path):
+@pytest.fixture(scope="module")
+def trained(datasets, tmp_path_factory) -> Tuple[Path, Path]:
+    """The output folders of the quickstart's uninterrupted run and of the run resumed from its first checkpoint."""
     arguments = ["--config-file", QUICKSTART, *datasets]
-    uninterrupted, resumed = train_then_resume(arguments, overrides, tmp_path, CHECKPOINT_PERIOD)
+    return train_then_resume(arguments, overrides, tmp_path_factory.mktemp("runs"), CHECKPOINT_PERIOD)
 
+
+def test_quickstart_trains_evaluates_and_resumes_exactly(datasets, trained):
+    uninterrupted, resumed = trained
     expected, got = logged(uninterrupted), logged(resumed)
     assert sorted(expected) == list(range(MAX_ITER + 1))  # the evaluation is logged as iteration MAX_ITER
     assert RANKING_TERMS <= set(expected[0])
@@ -64,19 +74,52 @@ def test_quickstart_trains_evaluates_resumes_exactly_and_predicts(datasets, tmp_
     log = run_train_net(["--config-file", QUICKSTART, *datasets, "--eval-only", "--resume", *overrides(resumed)])
     assert f"{expected[MAX_ITER]['bbox/oLRP']:.4f}" in log  # the uninterrupted run's final evaluation
 
-    image_path = sorted((Path(datasets[-1])).glob("*.jpg"))[0]
-    image = read_image(str(image_path), format="RGB")
-    predictor = DefaultPredictor(quickstart_yacs_config(str(uninterrupted / "model_final.pth")))
-    predicted = predictor(read_image(str(image_path), format="BGR"))["instances"]  # DefaultPredictor takes BGR
-    model = instantiate(LazyConfig.load(QUICKSTART).model).eval()
-    DetectionCheckpointer(model).load(str(uninterrupted / "model_final.pth"))
-    with torch.no_grad():
-        tensor = torch.as_tensor(image.transpose(2, 0, 1).copy())
-        direct = model([{"image": tensor, "height": image.shape[0], "width": image.shape[1]}])[0]["instances"]
-    assert len(predicted) == len(direct) > 0 and predicted.image_size == image.shape[:2]
+
+def test_the_yaml_config_of_the_model_evaluates_and_predicts_as_the_lazyconfig(datasets, trained, tmp_path):
+    """``--eval-only`` of the quickstart's model as a YAML config (MODEL.DETR keys; its classes checked against
+    MODEL.DETR.NUM_CLASSES) gives the LazyConfig run's metrics; ``DefaultPredictor`` of that config predicts what
+    :class:`LazyPredictor` of the LazyConfig predicts."""
+    uninterrupted, _ = trained
+    weights = str(uninterrupted / "model_final.pth")
+    cfg = quickstart_yacs_config(weights)
+    yaml_config = tmp_path / "rtdetr_shapes.yaml"
+    yaml_config.write_text(cfg.dump())
+    log = run_train_net(
+        ["--config-file", str(yaml_config), *datasets, "--eval-only", "DATASETS.TEST", '("detr_val",)']
+        + ["OUTPUT_DIR", str(tmp_path / "yaml_eval")]
+    )
+    assert f"{logged(uninterrupted)[MAX_ITER]['bbox/oLRP']:.4f}" in log
+
+    image = read_image(str(sorted(Path(datasets[-1]).glob("*.jpg"))[0]), format="BGR")  # both take BGR
+    predicted = DefaultPredictor(cfg)(image)["instances"]
+    lazy_cfg = load_lazy_config(
+        QUICKSTART, [f"train.init_checkpoint={weights}", "dataloader.test.dataset.names=detr_val"]
+    )
+    direct = LazyPredictor(lazy_cfg)(image)["instances"]
+    assert len(predicted) == len(direct) > 0 and predicted.image_size == direct.image_size == image.shape[:2]
     torch.testing.assert_close(predicted.pred_boxes.tensor, direct.pred_boxes.tensor)
     torch.testing.assert_close(predicted.scores, direct.scores)
     assert torch.equal(predicted.pred_classes, direct.pred_classes)
+
+
+def test_demo_draws_the_detections_of_the_lazyconfig(datasets, trained, tmp_path):
+    uninterrupted, _ = trained
+    image = sorted(Path(datasets[-1]).glob("*.jpg"))[0]
+    arguments = ["--config-file", QUICKSTART, "--input", str(image), "--output", str(tmp_path), *datasets]
+    options = [f"train.init_checkpoint={uninterrupted / 'model_final.pth'}", "dataloader.test.dataset.names=detr_val"]
+    assert demo.main([*arguments, "--confidence-threshold", "0.0", "--opts", *options]) == 0
+    assert (tmp_path / image.name).is_file()
+    assert demo.main([*arguments, "--opts", *options, "model.num_classes=3"]) == 2  # weights of 5 classes
+
+
+def test_the_deformable_detr_quickstart_trains_every_set_and_evaluates(datasets, tmp_path):
+    """The two-stage Deformable-DETR twin of the quickstart: 2 iterations train the ranking loss of the last decoder
+    layer, the earlier ones and the encoder's proposals, and the evaluation reports oLRP."""
+    arguments = overrides(tmp_path, batch_size=2) + ["train.max_iter=2", "train.checkpointer.period=2"]
+    run_train_net(["--config-file", DEFORMABLE_QUICKSTART, *datasets, *arguments])
+    records = logged(tmp_path)
+    assert {"loss_rank", "loss_rank_aux_0", "loss_rank_enc", "loss_giou_enc"} <= set(records[0])
+    assert "bbox/oLRP" in records[2]
 
 
 def test_two_workers_train_with_one_global_ranking(datasets, tmp_path):

@@ -217,9 +217,10 @@ def check_python_command(arguments: List[str], cwd: Path, load_config: bool = Tr
         elif load_config:
             setup_cfg(config, args.opts)
     elif script == "demo.py":
-        args = load_script("demo.py").get_parser().parse_args(arguments[1:])
+        demo = load_script("demo.py")
+        args = demo.get_parser().parse_args(arguments[1:])
         if load_config:
-            setup_cfg(str(cwd / args.config_file), args.opts)
+            demo.load_config(str(cwd / args.config_file), args.opts)
     else:
         check_options(cwd / script, arguments[1:])
 

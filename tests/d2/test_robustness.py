@@ -21,7 +21,7 @@ from PIL import Image
 import demo as demo_module
 import train_net
 from alrp_d2.checkpoint import IncompatibleWeightsError
-from alrp_d2.config import setup_cfg
+from alrp_d2.config import setup_cfg, validate_alrp_config
 from alrp_d2.data import build_alrp_mapper
 from alrp_d2.data.image_errors import ImageErrorGuard, UnreadableImageError
 from alrp_d2.data.shapes import SHAPES_CLASSES
@@ -262,12 +262,15 @@ def test_a_class_beyond_the_model_makes_the_ranking_loss_nan(config):
     assert torch.isnan(losses[name])
 
 
-def alias_bomb(path, leaf: str) -> str:
-    """A 1 KB config whose MODEL.FOVEABOX.SCALE_RANGES nests 2**40 references to one YAML anchor."""
-    lines = ["MODEL:", "  FOVEABOX:", "    SCALE_RANGES:", f"      - &a0 [{leaf}, 2.0]"]
-    lines += [f"      - &a{i} [*a{i - 1}, *a{i - 1}]" for i in range(1, 41)]
-    path.write_text("\n".join(lines) + "\n")
-    return str(path)
+def shared_references(leaf: float):
+    """A config whose MODEL.FOVEABOX.SCALE_RANGES nests 2**40 references to one list (what a YAML alias bomb loads
+    to; such files are refused before, tests/d2/test_config_bound.py)."""
+    cfg = setup_cfg(None)
+    value = [leaf, 2.0]
+    for _ in range(40):
+        value = [value, value]
+    cfg.MODEL.FOVEABOX.SCALE_RANGES = value
+    return cfg
 
 
 @pytest.fixture
@@ -285,7 +288,7 @@ def deadline():
     signal.signal(signal.SIGALRM, previous)
 
 
-def test_the_finiteness_check_visits_shared_yaml_references_once(tmp_path, deadline):
-    setup_cfg(alias_bomb(tmp_path / "bomb.yaml", "1.0"))
+def test_the_finiteness_check_visits_shared_yaml_references_once(deadline):
+    validate_alrp_config(shared_references(1.0))
     with pytest.raises(ValueError, match=r"Invalid config value MODEL.FOVEABOX.SCALE_RANGES=.*must be finite"):
-        setup_cfg(alias_bomb(tmp_path / "nan_bomb.yaml", ".nan"))
+        validate_alrp_config(shared_references(float("nan")))
