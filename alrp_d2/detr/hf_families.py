@@ -37,9 +37,20 @@ class SetPrediction(NamedTuple):
     indices: Optional[Indices]
 
 
-#: ``(logits, pred_boxes, outputs_class, outputs_coord, labels, config, outputs)`` -> the sets; ``outputs``: the
-#: loss function's other arguments by name.
-SetsFunction = Callable[[Tensor, Tensor, Tensor, Tensor, Targets, Any, Dict[str, Any]], List[SetPrediction]]
+class LossCall(NamedTuple):
+    """What a DETR's forward hands its loss function (``outputs``: the other arguments, by name)."""
+
+    logits: Tensor
+    pred_boxes: Tensor
+    outputs_class: Tensor
+    outputs_coord: Tensor
+    labels: Targets
+    config: Any
+    outputs: Dict[str, Any]
+
+
+#: A loss call -> its sets of predictions.
+SetsFunction = Callable[[LossCall], List[SetPrediction]]
 
 
 def _layers(num_layers: int, auxiliary_loss: bool) -> range:
@@ -52,113 +63,87 @@ def _suffix(layer: int, num_layers: int) -> str:
     return "" if layer == num_layers - 1 else f"_aux_{layer}"
 
 
-def ranked_rt_detr_sets(
-    logits: Tensor,
-    pred_boxes: Tensor,
-    outputs_class: Tensor,
-    outputs_coord: Tensor,
-    labels: Targets,
-    config: Any,
-    outputs: Dict[str, Any],
-) -> List[SetPrediction]:
+def ranked_rt_detr_sets(call: LossCall) -> List[SetPrediction]:
     """RT-DETR (v1, v2) in the own-box-term modes: per decoder layer its matching queries and, in training, its
     denoising queries (matched as HF's ``RTDetrLoss.get_cdn_matched_indices``); then the encoder's top-k proposals
     (``_enc``), also without ``config.auxiliary_loss``."""
-    classes, coords = outputs_class.transpose(0, 1), outputs_coord.transpose(0, 1)
+    classes, coords = call.outputs_class.transpose(0, 1), call.outputs_coord.transpose(0, 1)
     num_layers = len(classes)
-    layers = _layers(num_layers, config.auxiliary_loss)
-    denoising = outputs.get("denoising_meta_values")
+    layers = _layers(num_layers, call.config.auxiliary_loss)
+    denoising = call.outputs.get("denoising_meta_values")
     num_dn = 0 if denoising is None else denoising["dn_num_split"][0]
     sets = [SetPrediction(_suffix(i, num_layers), classes[i][:, num_dn:], coords[i][:, num_dn:], None) for i in layers]
     if denoising is not None:
-        dn_indices = RTDetrLoss.get_cdn_matched_indices(denoising, labels)
+        dn_indices = RTDetrLoss.get_cdn_matched_indices(denoising, call.labels)
         sets += [SetPrediction(f"_dn_{i}", classes[i][:, :num_dn], coords[i][:, :num_dn], dn_indices) for i in layers]
-    encoder_logits, encoder_boxes = outputs.get("enc_topk_logits"), outputs.get("enc_topk_bboxes")
+    encoder_logits, encoder_boxes = call.outputs.get("enc_topk_logits"), call.outputs.get("enc_topk_bboxes")
     if encoder_logits is not None and encoder_boxes is not None:
         sets.append(SetPrediction("_enc", encoder_logits, encoder_boxes, None))
     return sets
 
 
-def ranked_deformable_detr_sets(
-    logits: Tensor,
-    pred_boxes: Tensor,
-    outputs_class: Tensor,
-    outputs_coord: Tensor,
-    labels: Targets,
-    config: Any,
-    outputs: Dict[str, Any],
-) -> List[SetPrediction]:
+def ranked_deformable_detr_sets(call: LossCall) -> List[SetPrediction]:
     """Deformable-DETR in the own-box-term modes: per decoder layer its queries (``_aux_{i}``); the two-stage encoder
     term is a forward hook (:mod:`.hf_loss_function`)."""
-    num_layers = len(outputs_class)
+    num_layers = len(call.outputs_class)
     return [
-        SetPrediction(_suffix(i, num_layers), outputs_class[i], outputs_coord[i], None)
-        for i in _layers(num_layers, config.auxiliary_loss)
+        SetPrediction(_suffix(i, num_layers), call.outputs_class[i], call.outputs_coord[i], None)
+        for i in _layers(num_layers, call.config.auxiliary_loss)
     ]
 
 
 def real_time_detr_sets(
-    logits: Tensor,
-    pred_boxes: Tensor,
-    outputs_class: Tensor,
-    outputs_coord: Tensor,
-    labels: Targets,
-    config: Any,
-    outputs: Dict[str, Any],
+    call: LossCall,
     *,
     clamp: bool,
     split_without_auxiliary: bool = True,
 ) -> List[SetPrediction]:
     """The sets of HF's ``RTDetrForObjectDetectionLoss`` (``clamp`` False), ``DFineForObjectDetectionLoss`` and
     ``Deimv2ForObjectDetectionLoss`` (``clamp`` True: boxes clamped to [0, 1], as many layers as corner
-    distributions; DEIMv2 keeps the denoising queries in
-    the last layer's set without ``config.auxiliary_loss``: ``split_without_auxiliary`` False), with HF's suffixes:
-    the last layer; with ``config.auxiliary_loss`` the other layers ``_aux_{i}``, the encoder's top-k
-    ``_aux_{L - 1}`` and, in training, each layer's denoising queries ``_dn_{i}``."""
+    distributions; DEIMv2 keeps the denoising queries in the last layer's set without ``config.auxiliary_loss``:
+    ``split_without_auxiliary`` False), with HF's suffixes: the last layer; with ``config.auxiliary_loss`` the other
+    layers ``_aux_{i}``, the encoder's top-k ``_aux_{L - 1}`` and, in training, each layer's denoising queries
+    ``_dn_{i}``."""
     box = (lambda boxes: boxes.clamp(min=0, max=1)) if clamp else (lambda boxes: boxes)
-    denoising = outputs.get("denoising_meta_values")
+    denoising = call.outputs.get("denoising_meta_values")
     num_dn = 0 if denoising is None else denoising["dn_num_split"][0]
-    last_dn = num_dn if config.auxiliary_loss or split_without_auxiliary else 0
-    sets = [SetPrediction("", logits[:, last_dn:], box(pred_boxes[:, last_dn:]), None)]
-    if not config.auxiliary_loss:
+    last_dn = num_dn if call.config.auxiliary_loss or split_without_auxiliary else 0
+    sets = [SetPrediction("", call.logits[:, last_dn:], box(call.pred_boxes[:, last_dn:]), None)]
+    if not call.config.auxiliary_loss:
         return sets
-    classes, coords = outputs_class.transpose(0, 1), box(outputs_coord).transpose(0, 1)
+    classes, coords = call.outputs_class.transpose(0, 1), box(call.outputs_coord).transpose(0, 1)
     # D-FINE's and DEIMv2's sets pair each layer's logits with its corners and reference points: as many as the
     # shortest of the three (HF zips them).
-    corner_layers = [outputs[name].shape[1] for name in ("predicted_corners", "initial_reference_points") if clamp]
+    corner_layers = [call.outputs[name].shape[1] for name in ("predicted_corners", "initial_reference_points") if clamp]
     num_layers = min([len(classes)] + corner_layers)
     sets += [
         SetPrediction(f"_aux_{i}", classes[i][:, num_dn:], coords[i][:, num_dn:], None) for i in range(num_layers - 1)
     ]
-    encoder = SetPrediction(f"_aux_{num_layers - 1}", outputs["enc_topk_logits"], box(outputs["enc_topk_bboxes"]), None)
+    encoder = SetPrediction(
+        f"_aux_{num_layers - 1}", call.outputs["enc_topk_logits"], box(call.outputs["enc_topk_bboxes"]), None
+    )
     sets.append(encoder)
     if denoising is not None:
-        dn_indices = RTDetrLoss.get_cdn_matched_indices(denoising, labels)
+        dn_indices = RTDetrLoss.get_cdn_matched_indices(denoising, call.labels)
         layers = range(num_layers)
         sets += [SetPrediction(f"_dn_{i}", classes[i][:, :num_dn], coords[i][:, :num_dn], dn_indices) for i in layers]
     return sets
 
 
 def detr_sets(
-    logits: Tensor,
-    pred_boxes: Tensor,
-    outputs_class: Tensor,
-    outputs_coord: Tensor,
-    labels: Targets,
-    config: Any,
-    outputs: Dict[str, Any],
+    call: LossCall,
     *,
     encoder: bool = False,
 ) -> List[SetPrediction]:
     """The sets of HF's ``DeformableDetrForObjectDetectionLoss`` (Deformable, Conditional, DAB-DETR) and, with
     ``encoder``, ``LwDetrForObjectDetectionLoss`` (LW-DETR, RF-DETR), with HF's suffixes: the last layer; with
     ``config.auxiliary_loss`` the other layers ``_{i}``; LW-DETR's encoder proposals ``_enc``."""
-    sets = [SetPrediction("", logits, pred_boxes, None)]
-    if config.auxiliary_loss:
-        layers = zip(outputs_class[:-1], outputs_coord[:-1])
+    sets = [SetPrediction("", call.logits, call.pred_boxes, None)]
+    if call.config.auxiliary_loss:
+        layers = zip(call.outputs_class[:-1], call.outputs_coord[:-1])
         sets += [SetPrediction(f"_{i}", layer_logits, boxes, None) for i, (layer_logits, boxes) in enumerate(layers)]
     if encoder:
-        sets.append(SetPrediction("_enc", outputs["enc_outputs_class"], outputs["enc_outputs_coord"], None))
+        sets.append(SetPrediction("_enc", call.outputs["enc_outputs_class"], call.outputs["enc_outputs_coord"], None))
     return sets
 
 

@@ -30,7 +30,7 @@ from transformers.loss.loss_utils import LOSS_MAPPING
 from transformers.models.deformable_detr.modeling_deformable_detr import DeformableDetrObjectDetectionOutput
 
 from ..criteria import RankingCriterion
-from .hf_families import LOSS_FAMILIES, LossFamily, SetPrediction
+from .hf_families import LOSS_FAMILIES, LossCall, LossFamily, SetPrediction
 from .labels_check import check_labels
 from .set_ranking_loss import SetRankingLoss
 
@@ -94,13 +94,13 @@ class RankingLossFunction:
     ) -> LossOutput:
         check_labels(labels, config.num_labels)
         outputs = {**dict(zip(self.family.positional, positional)), **outputs}
-        arguments = (logits, pred_boxes, outputs_class, outputs_coord, labels, config, outputs)
+        call = LossCall(logits, pred_boxes, outputs_class, outputs_coord, labels, config, outputs)
         if self.loss.box_terms == "model":
             model_loss = cast(Callable[..., LossOutput], LOSS_MAPPING[self.loss_type])
             own_loss = model_loss(logits, labels, device, pred_boxes, config, outputs_class, outputs_coord, **outputs)
-            return self.with_ranked_classification(own_loss, self.family.model_sets(*arguments), labels, config)
+            return self.with_ranked_classification(own_loss, self.family.model_sets(call), labels, config)
         assert self.family.ranked_sets is not None  # attach_ranking_loss refuses the mode otherwise
-        predictions = self.family.ranked_sets(*arguments)
+        predictions = self.family.ranked_sets(call)
         loss_dict = rank_sets(self.loss, self.matcher, predictions, labels)
         return torch.stack(list(loss_dict.values())).sum(), loss_dict, auxiliary_outputs(predictions)
 

@@ -11,6 +11,7 @@ import torch
 from torch import Tensor
 
 from ..losses.input_checks import NonFiniteInputError
+from .matched_queries import check_target
 
 __all__ = ["check_labels"]
 
@@ -21,14 +22,7 @@ def check_labels(labels: Sequence[Mapping[str, Tensor]], num_classes: int) -> No
     if not isinstance(labels, Sequence) or isinstance(labels, (str, bytes)):
         raise ValueError(f"labels must be a list of per-image dicts, got {type(labels).__name__}")
     for image, target in enumerate(labels):
-        if not isinstance(target, Mapping) or "class_labels" not in target or "boxes" not in target:
-            keys = sorted(target) if isinstance(target, Mapping) else type(target).__name__
-            raise ValueError(f"labels[{image}] must be a dict with 'class_labels' and 'boxes', got {keys}")
-        classes, boxes = target["class_labels"], target["boxes"]
-        if not isinstance(classes, Tensor) or classes.dim() != 1 or classes.is_floating_point():
-            raise ValueError(f'labels[{image}]["class_labels"] must be a 1-D integer tensor')
-        if not isinstance(boxes, Tensor) or tuple(boxes.shape) != (len(classes), 4) or not boxes.is_floating_point():
-            raise ValueError(f'labels[{image}]["boxes"] must be a floating-point [T, 4] = [{len(classes)}, 4] tensor')
+        check_target(target, f"labels[{image}]")
     counts = [len(target["class_labels"]) for target in labels]
     if not sum(counts):
         return

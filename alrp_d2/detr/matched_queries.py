@@ -19,7 +19,7 @@ from ..criteria import PositiveTargets
 from ..losses.input_checks import NonFiniteInputError
 from ..losses.serial_indexing import take_rows
 
-__all__ = ["BOX_EPS", "MatchedQueries", "QueryBoxes", "cxcywh_to_xyxy", "matched_queries"]
+__all__ = ["BOX_EPS", "MatchedQueries", "QueryBoxes", "check_target", "cxcywh_to_xyxy", "matched_queries"]
 
 #: The smallest union and enclosing area of the IoU and GIoU (a floor, as mmdetection's, not an added term: the IoU of
 #: identical boxes is exactly 1). Normalised boxes have areas down to ~1e-6 of the image, where the pixel-scale 1e-7
@@ -153,17 +153,23 @@ def _check_structure(logits: Tensor, pred_boxes: Tensor, indices: Indices, targe
                 )
         if len(pair[0]) != len(pair[1]):
             raise ValueError(f"indices[{image}]: {len(pair[0])} query indices but {len(pair[1])} target indices")
-        if not isinstance(target, Mapping) or "class_labels" not in target or "boxes" not in target:
-            keys = sorted(target) if isinstance(target, Mapping) else type(target).__name__
-            raise ValueError(f"targets[{image}] must be a mapping with 'class_labels' and 'boxes', got {keys}")
-        labels, boxes = target["class_labels"], target["boxes"]
-        if not isinstance(labels, Tensor) or labels.dim() != 1 or labels.is_floating_point():
-            raise ValueError(f'targets[{image}]["class_labels"] must be a 1-D integer tensor, got {_shape(labels)}')
-        if not isinstance(boxes, Tensor) or tuple(boxes.shape) != (len(labels), 4):
-            raise ValueError(
-                f'targets[{image}]["boxes"] must be [T, 4] = [{len(labels)}, 4] as its "class_labels", '
-                f"got {_shape(boxes)}"
-            )
+        check_target(target, f"targets[{image}]")
+
+
+def check_target(target: object, name: str) -> None:
+    """A ValueError naming ``name`` unless ``target`` is a mapping of a 1-D integer ``"class_labels"`` (T,) and
+    floating-point ``"boxes"`` (T, 4)."""
+    if not isinstance(target, Mapping) or "class_labels" not in target or "boxes" not in target:
+        keys = sorted(target) if isinstance(target, Mapping) else type(target).__name__
+        raise ValueError(f"{name} must be a mapping with 'class_labels' and 'boxes', got {keys}")
+    labels, boxes = target["class_labels"], target["boxes"]
+    if not isinstance(labels, Tensor) or labels.dim() != 1 or labels.is_floating_point():
+        raise ValueError(f'{name}["class_labels"] must be a 1-D integer tensor, got {_shape(labels)}')
+    if not isinstance(boxes, Tensor) or tuple(boxes.shape) != (len(labels), 4) or not boxes.is_floating_point():
+        raise ValueError(
+            f'{name}["boxes"] must be floating-point [T, 4] = [{len(labels)}, 4] as its "class_labels", '
+            f"got {_shape(boxes)}"
+        )
 
 
 def _raise_first_failure(
