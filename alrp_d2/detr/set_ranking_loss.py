@@ -32,6 +32,40 @@ BOX_TERMS = ("value_balanced", "fixed", "own", "model")
 DEFAULT_BOX_WEIGHTS = {"value_balanced": (1.0, 1.0), "fixed": (5.0, 2.0), "own": (1.0, 0.0), "model": (0.0, 0.0)}
 
 
+def box_term_weights(
+    box_terms: str,
+    l1_weight: Optional[float],
+    giou_weight: Optional[float],
+    rank_weight: float,
+    corr_weight: float,
+) -> Dict[str, float]:
+    """The weights of :class:`SetRankingLoss`'s terms, checked against ``box_terms`` (:data:`DEFAULT_BOX_WEIGHTS`
+    where a box weight is None)."""
+    if box_terms not in BOX_TERMS:
+        raise ValueError(f"box_terms must be one of {BOX_TERMS}, got {box_terms!r}")
+    default_l1, default_giou = DEFAULT_BOX_WEIGHTS[box_terms]
+    weights = {
+        "l1_weight": default_l1 if l1_weight is None else l1_weight,
+        "giou_weight": default_giou if giou_weight is None else giou_weight,
+        "rank_weight": rank_weight,
+        "corr_weight": corr_weight,
+    }
+    for name, value in weights.items():
+        if not (isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < float("inf")):
+            raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    if box_terms == "model" and (l1_weight is not None or giou_weight is not None):
+        raise ValueError(
+            f"l1_weight and giou_weight must be None with box_terms 'model': the model's own box terms and weights "
+            f"replace them, got {l1_weight!r} and {giou_weight!r}"
+        )
+    if box_terms == "own" and weights["giou_weight"] != 0:
+        raise ValueError(
+            f"giou_weight must be 0 (or None) with box_terms 'own': the criterion's own localisation loss replaces "
+            f"the GIoU term, got {giou_weight!r}"
+        )
+    return {name: float(value) for name, value in weights.items()}
+
+
 class SetRankingLoss(nn.Module):
     """The per-layer set-prediction ranking loss (module docstring).
 
@@ -88,36 +122,17 @@ class SetRankingLoss(nn.Module):
                 f"criterion must be a RankingCriterion (e.g. RankSortCriterion(delta=0.5, loc_error_kind='giou'), or "
                 f"alrp_d2.detr.set_prediction_criterion(name)), got {criterion!r}"
             )
-        if box_terms not in BOX_TERMS:
-            raise ValueError(f"box_terms must be one of {BOX_TERMS}, got {box_terms!r}")
+        weights = box_term_weights(box_terms, l1_weight, giou_weight, rank_weight, corr_weight)
         check_ranking(ranking)
-        default_l1, default_giou = DEFAULT_BOX_WEIGHTS[box_terms]
-        weights = {
-            "l1_weight": default_l1 if l1_weight is None else l1_weight,
-            "giou_weight": default_giou if giou_weight is None else giou_weight,
-            "rank_weight": rank_weight,
-            "corr_weight": corr_weight,
-        }
-        for name, value in weights.items():
-            if not (isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < float("inf")):
-                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-        if box_terms == "model" and (l1_weight is not None or giou_weight is not None):
-            raise ValueError(
-                f"l1_weight and giou_weight must be None with box_terms 'model': the model's own box terms and weights "
-                f"replace them, got {l1_weight!r} and {giou_weight!r}"
-            )
-        if box_terms == "own" and weights["giou_weight"] != 0:
-            raise ValueError(
-                f"giou_weight must be 0 (or None) with box_terms 'own': the criterion's own localisation loss replaces "
-                f"the GIoU term, got {giou_weight!r}"
-            )
         self.criterion = criterion
         self.box_terms = box_terms
-        self.l1_weight = float(weights["l1_weight"])
-        self.giou_weight = float(weights["giou_weight"])
-        self.rank_weight = float(rank_weight)
+        self.l1_weight = weights["l1_weight"]
+        self.giou_weight = weights["giou_weight"]
+        self.rank_weight = weights["rank_weight"]
         self.ranking = ranking
-        self.correlation = CorrelationTerm(corr_kind, float(corr_weight), per_level=False) if corr_weight > 0 else None
+        self.correlation = (
+            CorrelationTerm(corr_kind, weights["corr_weight"], per_level=False) if corr_weight > 0 else None
+        )
         self._statistics: Optional[RankingStatistics] = None
 
     def forward(self, logits: Tensor, pred_boxes: Tensor, indices: Indices, targets: Targets) -> Dict[str, Tensor]:
