@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import NamedTuple, Optional, Tuple
 
-import torch
 from torch import Tensor
 
 from .error_driven import (
@@ -103,7 +102,7 @@ def _alrp_loss(inputs: RankingInputs, loc_errors: Tensor, delta: float, eps: flo
             logits, ranking, update, num_false_positives / rank, eps
         )
         # 1/|P| sum_i (sum_{k: s_k >= s_i} E_loc(k)) / rank(i) = 1/|P| sum_k E_loc(k) sum_{i: s_i <= s_k} 1 / rank(i)
-        loss_loc = torch.dot(sorted_errors, ranking.at_or_below_sums(rank.reciprocal())) / ranking.num_positives
+        loss_loc = ranking.reduction.dot_mean(sorted_errors, ranking.at_or_below_sums(rank.reciprocal()))
         return AlrpLossTerms(
             nan_unless_finite(loss_cls, logits), loss_loc.to(dtype), positive_magnitude, negative_magnitude
         )

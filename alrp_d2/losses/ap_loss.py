@@ -17,7 +17,6 @@ from .error_driven import (
 from .global_ranking import RankingGroup
 from .ranking_inputs import RankingInputs
 from .relation_sums import PositiveRanking
-from .serial_indexing import take_rows
 
 __all__ = ["ap_loss", "ap_loss_indexed", "ap_loss_terms", "interpolated_errors"]
 
@@ -31,9 +30,7 @@ def interpolated_errors(ranking: PositiveRanking) -> Tensor:
     positives it visits before ``i`` (ascending score). Tied positives have the same precision,
     so the result does not depend on the order of ties; every tie takes the minimum up to its last
     member. A cumulative minimum: O(P)."""
-    running = torch.cummin(ranking.num_false_positives / ranking.rank, 0).values
-    scores = ranking.positive_scores
-    return take_rows(running, torch.searchsorted(scores, scores, right=True) - 1)
+    return ranking.reduction.running_min_at_ties(ranking.positive_scores, ranking.num_false_positives / ranking.rank)
 
 
 def ap_loss_indexed(

@@ -122,7 +122,7 @@ def _rank_sort_loss(inputs: RankingInputs, positive_targets: Tensor, delta: floa
         ranking_loss, positive_magnitude, negative_magnitude = ErrorDrivenRankingLoss.apply(
             logits, ranking, ranking_errors, None, gate, sorting_grad
         )
-        sorting_loss = sorting_errors.mean().to(output_dtype(logits)) + 0.0 * ranking_loss
+        sorting_loss = ranking.reduction.mean(sorting_errors).to(output_dtype(logits)) + 0.0 * ranking_loss
         return RankSortLossTerms(
             nan_unless_finite(ranking_loss, logits), sorting_loss, positive_magnitude, negative_magnitude
         )
@@ -162,7 +162,7 @@ def _errors_and_sorting_update(
     ranking_errors = num_false_positives / (rank_positive + num_false_positives)
     sorting_errors = (at_least * smaller_weighted - at_least_weighted * smaller) / (rank_positive * at_least)
 
-    normaliser = ranking.num_positives
+    normaliser = ranking.reduction.normaliser
     active = smaller > eps
     distributed = torch.where(active, sorting_errors / smaller.clamp_min(eps), 0.0) / normaliser
     sorting_update = relations.larger_target_source_sums(distributed.unsqueeze(1)).squeeze(1)
