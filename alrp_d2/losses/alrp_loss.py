@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional, Tuple
+from typing import NamedTuple, Optional, Sequence, Tuple
 
 from torch import Tensor
 
@@ -14,11 +14,11 @@ from .error_driven import (
     zero_connected,
 )
 from .global_ranking import RankingGroup
-from .ranking_inputs import RankingInputs
+from .ranking_inputs import RankingInputs, RankingSet, set_values
 from .ranking_statistics import RankingStatistics
 from .relation_sums import PositiveRanking
 
-__all__ = ["AlrpLossTerms", "alrp_loss", "alrp_loss_indexed", "alrp_loss_terms"]
+__all__ = ["AlrpLossTerms", "alrp_loss", "alrp_loss_indexed", "alrp_loss_sets", "alrp_loss_terms"]
 
 
 class AlrpLossTerms(NamedTuple):
@@ -91,7 +91,8 @@ def _alrp_loss(inputs: RankingInputs, loc_errors: Tensor, delta: float, eps: flo
     dtype = output_dtype(logits)
 
     def without_positives(zero: Tensor) -> AlrpLossTerms:
-        return AlrpLossTerms(zero, zero_connected(loc_errors, dtype), zero.detach(), zero.detach())
+        loc_zero = inputs.path.zeros(zero_connected(loc_errors, dtype))
+        return AlrpLossTerms(zero, loc_zero, zero.detach(), zero.detach())
 
     def from_ranking(ranking: PositiveRanking) -> AlrpLossTerms:
         sorted_errors = ranking.sorted_positive_values(loc_errors).double()
@@ -108,6 +109,20 @@ def _alrp_loss(inputs: RankingInputs, loc_errors: Tensor, delta: float, eps: flo
         )
 
     return inputs.loss_terms(delta, loc_errors, without_positives, from_ranking)
+
+
+def alrp_loss_sets(
+    sets: Sequence[RankingSet], delta: float = 1.0, eps: float = 1e-5, group: Optional[RankingGroup] = None
+) -> AlrpLossTerms:
+    """:func:`alrp_loss_indexed` of every set of ``sets`` (their ``positive_values``: the E_loc of the positives).
+
+    The sets are ranked in one call (:mod:`alrp_d2.losses.segmented_path`): one flattening, one sort, one pass over
+    the logits, no host synchronisation without a group (one with a group, for all sets). Every set is its own
+    ranking: every field of the result is (S,), the set's value as the single-set call gives it (to rounding), and
+    the backward of a weighted sum of the sets' losses writes every set's gradients in one pass.
+    """
+    check_hyperparameters(delta, eps)
+    return _alrp_loss(RankingInputs.of_sets(sets, group), set_values(sets, "localisation errors"), delta, eps)
 
 
 def alrp_loss_terms(

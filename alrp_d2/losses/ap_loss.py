@@ -3,7 +3,7 @@ the interpolation of the original AP Loss (Chen et al., CVPR 2019; the official 
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Sequence
 
 import torch
 from torch import Tensor
@@ -15,10 +15,10 @@ from .error_driven import (
     nan_unless_finite,
 )
 from .global_ranking import RankingGroup
-from .ranking_inputs import RankingInputs
+from .ranking_inputs import RankingInputs, RankingSet
 from .relation_sums import PositiveRanking
 
-__all__ = ["ap_loss", "ap_loss_indexed", "ap_loss_terms", "interpolated_errors"]
+__all__ = ["ap_loss", "ap_loss_indexed", "ap_loss_sets", "ap_loss_terms", "interpolated_errors"]
 
 #: The gate of a loss without one: only positives with N_FP(i) = 0, whose error is 0, are skipped.
 _NO_GATE = torch.finfo(torch.float64).tiny
@@ -92,6 +92,23 @@ def _ap_loss(inputs: RankingInputs, delta: float, gate: float, interpolated: boo
         return RankingLossOutput(nan_unless_finite(loss, logits), positive_magnitude, negative_magnitude)
 
     return inputs.loss_terms(delta, None, without_positives, from_ranking)
+
+
+def ap_loss_sets(
+    sets: Sequence[RankingSet],
+    delta: float = 1.0,
+    eps: Optional[float] = 1e-5,
+    group: Optional[RankingGroup] = None,
+    interpolated: bool = False,
+) -> RankingLossOutput:
+    """:func:`ap_loss_indexed` of every set of ``sets``.
+
+    The sets are ranked in one call (:mod:`alrp_d2.losses.segmented_path`): one flattening, one sort, one pass over
+    the logits, no host synchronisation without a group (one with a group, for all sets). Every set is its own
+    ranking: every field of the result is (S,), the set's value as the single-set call gives it (to rounding), and
+    the backward of a weighted sum of the sets' losses writes every set's gradients in one pass.
+    """
+    return _ap_loss(RankingInputs.of_sets(sets, group), delta, _gate(delta, eps), interpolated)
 
 
 def ap_loss_terms(

@@ -189,10 +189,12 @@ class DenseNegatives:
     Attributes:
         logits: (M,) the flat logits (detached, their dtype).
         gaps: (M,) the gap of every entry, 0 for the positives and the ignored entries.
+        chunk: the entries of a chunk of the backward pass.
     """
 
     logits: Tensor
     gaps: Tensor
+    chunk: int
 
     @staticmethod
     def scan(
@@ -219,14 +221,14 @@ class DenseNegatives:
         totals[0].index_add_(0, positive_gaps, ones[: positive_index.numel()], alpha=-1)
         totals[1].index_add_(0, positive_gaps, positive_scores, alpha=-1)
         _remove_positives(gaps, totals, positive_index)
-        return DenseNegatives(logits, gaps), totals
+        return DenseNegatives(logits, gaps, DENSE_CHUNK), totals
 
     def relation_sums(self, coefficients: Tensor, dtype: torch.dtype) -> Tensor:
         """As :meth:`ScanNegatives.relation_sums` (with no offset): one gather of the coefficients and one
         fused multiply-add per chunk."""
         total = self.logits.numel()
         result = torch.empty(total, dtype=dtype, device=self.logits.device)
-        for start, end in chunks(total, min(total, DENSE_CHUNK)):
+        for start, end in chunks(total, min(total, self.chunk)):
             rows = torch.index_select(coefficients, 1, self.gaps[start:end])
             if len(rows) == 1:
                 result[start:end] = rows[0]

@@ -30,14 +30,14 @@ relation sums in O(N + P log P), ``A, B, D, E`` and the positives' sorting gradi
 from __future__ import annotations
 
 import math
-from typing import NamedTuple, Optional, Tuple
+from typing import NamedTuple, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
 
 from .error_driven import ErrorDrivenRankingLoss, check_hyperparameters, nan_unless_finite, output_dtype
 from .global_ranking import RankingGroup
-from .ranking_inputs import RankingInputs
+from .ranking_inputs import RankingInputs, RankingSet, set_values
 from .ranking_path import SortingSums
 from .ranking_statistics import RankingStatistics
 from .relation_sums import PositiveRanking
@@ -47,6 +47,7 @@ __all__ = [
     "RankSortLossTerms",
     "rank_sort_loss",
     "rank_sort_loss_indexed",
+    "rank_sort_loss_sets",
     "rank_sort_loss_terms",
 ]
 
@@ -128,6 +129,20 @@ def _rank_sort_loss(inputs: RankingInputs, positive_targets: Tensor, delta: floa
         )
 
     return inputs.loss_terms(delta, positive_targets, without_positives, from_ranking)
+
+
+def rank_sort_loss_sets(
+    sets: Sequence[RankingSet], delta: float = 0.5, eps: float = 1e-10, group: Optional[RankingGroup] = None
+) -> RankSortLossTerms:
+    """:func:`rank_sort_loss_indexed` of every set of ``sets`` (their ``positive_values``: the positives' targets).
+
+    The sets are ranked in one call (:mod:`alrp_d2.losses.segmented_path`): one flattening, one sort, one pass over
+    the logits, no host synchronisation without a group (one with a group, for all sets). Every set is its own
+    ranking: every field of the result is (S,), the set's value as the single-set call gives it (to rounding), and
+    the backward of a weighted sum of the sets' losses writes every set's gradients in one pass.
+    """
+    check_hyperparameters(delta, eps, unit_step=True)
+    return _rank_sort_loss(RankingInputs.of_sets(sets, group), set_values(sets, "targets"), delta, eps)
 
 
 def rank_sort_loss_terms(
