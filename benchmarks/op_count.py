@@ -19,9 +19,9 @@ counts the losses of another checkout of this project (``git archive REV | tar -
 name (``benchmarks/reference_losses.load_previous``), on whatever path it takes on ``--device``.
 
 ``detr_step sets=<S> ops=<n> loss=<loss>``: one DETR training step's ranking loss over S sets in one call
-(``alrp_d2.losses.*_loss_sets``, the segmented ranking, which takes the dense path's plan on every device): sets of
-4 images x 300 queries x 80 classes with 32 positives, every third a denoising set of 4 x 200 queries with 160
-positives (``--detr-sets``, 13 by default, as D-FINE's). The count should not depend on S.
+(``alrp_d2.losses.*_loss_sets`` with ``path="dense"``, the segmented ranking, which every device but the CPU takes):
+sets of 4 images x 300 queries x 80 classes with 32 positives, every third a denoising set of 4 x 200 queries with
+160 positives (``--detr-sets``, 13 by default, as D-FINE's). The count should not depend on S.
 """
 
 from __future__ import annotations
@@ -154,12 +154,12 @@ def count_detr_step(loss: str, num_sets: int, device: str = "cpu") -> OperationC
         if loss == "alrp":
             errors = [ranking_set.positive_values.detach().requires_grad_(True) for ranking_set in leaves]
             with_errors = [ranking_set._replace(positive_values=error) for ranking_set, error in zip(leaves, errors)]
-            terms = our_losses.alrp_loss_sets(with_errors, delta=1.0)
+            terms = our_losses.alrp_loss_sets(with_errors, delta=1.0, path="dense")
             (terms.loss_cls + terms.loss_loc).sum().backward()
         elif loss == "ap":
-            our_losses.ap_loss_sets(leaves, eps=None, interpolated=True).loss.sum().backward()
+            our_losses.ap_loss_sets(leaves, eps=None, interpolated=True, path="dense").loss.sum().backward()
         else:
-            rank_sort = our_losses.rank_sort_loss_sets(leaves, delta=0.5)
+            rank_sort = our_losses.rank_sort_loss_sets(leaves, delta=0.5, path="dense")
             (rank_sort.ranking_loss + rank_sort.sorting_loss).sum().backward()
 
     run()

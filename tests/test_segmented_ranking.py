@@ -21,13 +21,16 @@ TOLERANCE = 1e-6
 
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("name", sorted(LOSSES))
-def test_one_call_equals_the_per_set_calls(name, seed):
+@pytest.mark.parametrize("path", ["dense", "scan"])
+def test_one_call_equals_the_per_set_calls(path, name, seed):
+    """``dense``: the sets in one call, no host synchronisation; ``scan``: one call per set, stacked."""
     components = LOSSES[name][2]
     sets = leaves(step_sets(seed))
     weights = torch.arange(1, len(sets) + 1, dtype=torch.float64)
     with HostSyncCounter() as syncs:
-        terms = one_call(name, sets)
-    assert syncs.total() == 0, syncs.by_operation
+        terms = one_call(name, sets, path=path)
+    if path == "dense":
+        assert syncs.total() == 0, syncs.by_operation
     weighted_backward(terms, components, weights)
     for index, ranking_set in enumerate(leaves(sets)):
         expected = single_call(name, ranking_set)
@@ -41,9 +44,9 @@ def test_one_call_equals_the_per_set_calls(name, seed):
 
 def test_sets_without_any_positive_give_connected_zeros():
     sets = [RankingSet(torch.randn(2, 4, 3, requires_grad=True), torch.zeros(0, dtype=torch.long)) for _ in range(3)]
-    terms = rank_sort_loss_sets([s._replace(positive_values=torch.zeros(0)) for s in sets])
+    terms = rank_sort_loss_sets([s._replace(positive_values=torch.zeros(0)) for s in sets], path="dense")
     assert terms.ranking_loss.shape == (3,) and torch.all(terms.ranking_loss == 0)
-    ap_loss_sets(sets).loss.sum().backward()
+    ap_loss_sets(sets, path="dense").loss.sum().backward()
     assert all(torch.all(s.logits.grad == 0) for s in sets)
 
 
@@ -55,6 +58,8 @@ def test_missing_values_and_no_set_are_named():
         )
     with pytest.raises(ValueError, match="at least one set"):
         ap_loss_sets([])
+    with pytest.raises(ValueError, match=r"path must be one of .*got 'gpu'"):
+        ap_loss_sets([RankingSet(logits, torch.tensor([1]))], path="gpu")
 
 
 def worker_part(ranking_set: RankingSet, rank: int, world_size: int) -> RankingSet:
@@ -78,7 +83,7 @@ def _worker(rank: int, world_size: int, out_dir: str) -> None:
     for name in sorted(LOSSES):
         for seed in range(3):
             sets = leaves([worker_part(s, rank, world_size) for s in step_sets(seed, images=4)])
-            terms = one_call(name, sets, group=group)
+            terms = one_call(name, sets, group=group, path="dense")
             weighted_backward(terms, LOSSES[name][2], torch.ones(len(sets), dtype=torch.float64))
             results[name, seed] = (terms, [s.logits.grad for s in sets])
     torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))

@@ -14,7 +14,7 @@ from .error_driven import (
     zero_connected,
 )
 from .global_ranking import RankingGroup
-from .ranking_inputs import RankingInputs, RankingSet, set_values
+from .ranking_inputs import RankingInputs, RankingSet, in_one_call, per_set, set_values
 from .ranking_statistics import RankingStatistics
 from .relation_sums import PositiveRanking
 
@@ -112,17 +112,29 @@ def _alrp_loss(inputs: RankingInputs, loc_errors: Tensor, delta: float, eps: flo
 
 
 def alrp_loss_sets(
-    sets: Sequence[RankingSet], delta: float = 1.0, eps: float = 1e-5, group: Optional[RankingGroup] = None
+    sets: Sequence[RankingSet],
+    delta: float = 1.0,
+    eps: float = 1e-5,
+    group: Optional[RankingGroup] = None,
+    path: str = "auto",
 ) -> AlrpLossTerms:
     """:func:`alrp_loss_indexed` of every set of ``sets`` (their ``positive_values``: the E_loc of the positives).
 
-    The sets are ranked in one call (:mod:`alrp_d2.losses.segmented_path`): one flattening, one sort, one pass over
-    the logits, no host synchronisation without a group (one with a group, for all sets). Every set is its own
-    ranking: every field of the result is (S,), the set's value as the single-set call gives it (to rounding), and
-    the backward of a weighted sum of the sets' losses writes every set's gradients in one pass.
+    Every set is its own ranking: every field of the result is (S,), the set's value as the single-set call gives it
+    (to rounding). ``path``: ``"dense"`` ranks the sets in one call (:mod:`alrp_d2.losses.segmented_path`: one
+    flattening, one sort, one pass over the logits, a constant number of operations whatever S, no host
+    synchronisation without a group, one with a group for all sets); ``"scan"`` calls the single-set loss once per
+    set on the ``scan`` path (fewer operations of work: faster on a CPU, ``benchmarks/rank_sort_speed.py --sets``);
+    ``"auto"``: ``scan`` on the CPU, ``dense`` on every other device.
     """
     check_hyperparameters(delta, eps)
-    return _alrp_loss(RankingInputs.of_sets(sets, group), set_values(sets, "localisation errors"), delta, eps)
+    errors = set_values(sets, "localisation errors")
+    if not in_one_call(path, sets):
+        return per_set(
+            lambda s: alrp_loss_indexed(s.logits, s.positive_index, s.values(), s.valid, delta, eps, group, "scan"),
+            sets,
+        )
+    return _alrp_loss(RankingInputs.of_sets(sets, group), errors, delta, eps)
 
 
 def alrp_loss_terms(

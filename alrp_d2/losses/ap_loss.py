@@ -15,7 +15,7 @@ from .error_driven import (
     nan_unless_finite,
 )
 from .global_ranking import RankingGroup
-from .ranking_inputs import RankingInputs, RankingSet
+from .ranking_inputs import RankingInputs, RankingSet, in_one_call, per_set
 from .relation_sums import PositiveRanking
 
 __all__ = ["ap_loss", "ap_loss_indexed", "ap_loss_sets", "ap_loss_terms", "interpolated_errors"]
@@ -100,15 +100,24 @@ def ap_loss_sets(
     eps: Optional[float] = 1e-5,
     group: Optional[RankingGroup] = None,
     interpolated: bool = False,
+    path: str = "auto",
 ) -> RankingLossOutput:
     """:func:`ap_loss_indexed` of every set of ``sets``.
 
-    The sets are ranked in one call (:mod:`alrp_d2.losses.segmented_path`): one flattening, one sort, one pass over
-    the logits, no host synchronisation without a group (one with a group, for all sets). Every set is its own
-    ranking: every field of the result is (S,), the set's value as the single-set call gives it (to rounding), and
-    the backward of a weighted sum of the sets' losses writes every set's gradients in one pass.
+    Every set is its own ranking: every field of the result is (S,), the set's value as the single-set call gives it
+    (to rounding). ``path``: ``"dense"`` ranks the sets in one call (:mod:`alrp_d2.losses.segmented_path`: one
+    flattening, one sort, one pass over the logits, a constant number of operations whatever S, no host
+    synchronisation without a group, one with a group for all sets); ``"scan"`` calls the single-set loss once per
+    set on the ``scan`` path (fewer operations of work: faster on a CPU, ``benchmarks/rank_sort_speed.py --sets``);
+    ``"auto"``: ``scan`` on the CPU, ``dense`` on every other device.
     """
-    return _ap_loss(RankingInputs.of_sets(sets, group), delta, _gate(delta, eps), interpolated)
+    gate = _gate(delta, eps)
+    if not in_one_call(path, sets):
+        return per_set(
+            lambda s: ap_loss_indexed(s.logits, s.positive_index, s.valid, delta, eps, group, interpolated, "scan"),
+            sets,
+        )
+    return _ap_loss(RankingInputs.of_sets(sets, group), delta, gate, interpolated)
 
 
 def ap_loss_terms(

@@ -37,7 +37,7 @@ from torch import Tensor
 
 from .error_driven import ErrorDrivenRankingLoss, check_hyperparameters, nan_unless_finite, output_dtype
 from .global_ranking import RankingGroup
-from .ranking_inputs import RankingInputs, RankingSet, set_values
+from .ranking_inputs import RankingInputs, RankingSet, in_one_call, per_set, set_values
 from .ranking_path import SortingSums
 from .ranking_statistics import RankingStatistics
 from .relation_sums import PositiveRanking
@@ -132,17 +132,31 @@ def _rank_sort_loss(inputs: RankingInputs, positive_targets: Tensor, delta: floa
 
 
 def rank_sort_loss_sets(
-    sets: Sequence[RankingSet], delta: float = 0.5, eps: float = 1e-10, group: Optional[RankingGroup] = None
+    sets: Sequence[RankingSet],
+    delta: float = 0.5,
+    eps: float = 1e-10,
+    group: Optional[RankingGroup] = None,
+    path: str = "auto",
 ) -> RankSortLossTerms:
     """:func:`rank_sort_loss_indexed` of every set of ``sets`` (their ``positive_values``: the positives' targets).
 
-    The sets are ranked in one call (:mod:`alrp_d2.losses.segmented_path`): one flattening, one sort, one pass over
-    the logits, no host synchronisation without a group (one with a group, for all sets). Every set is its own
-    ranking: every field of the result is (S,), the set's value as the single-set call gives it (to rounding), and
-    the backward of a weighted sum of the sets' losses writes every set's gradients in one pass.
+    Every set is its own ranking: every field of the result is (S,), the set's value as the single-set call gives it
+    (to rounding). ``path``: ``"dense"`` ranks the sets in one call (:mod:`alrp_d2.losses.segmented_path`: one
+    flattening, one sort, one pass over the logits, a constant number of operations whatever S, no host
+    synchronisation without a group, one with a group for all sets); ``"scan"`` calls the single-set loss once per
+    set on the ``scan`` path (fewer operations of work: faster on a CPU, ``benchmarks/rank_sort_speed.py --sets``);
+    ``"auto"``: ``scan`` on the CPU, ``dense`` on every other device.
     """
     check_hyperparameters(delta, eps, unit_step=True)
-    return _rank_sort_loss(RankingInputs.of_sets(sets, group), set_values(sets, "targets"), delta, eps)
+    targets = set_values(sets, "targets")
+    if not in_one_call(path, sets):
+        return per_set(
+            lambda s: rank_sort_loss_indexed(
+                s.logits, s.positive_index, s.values(), s.valid, delta, eps, group, "scan"
+            ),
+            sets,
+        )
+    return _rank_sort_loss(RankingInputs.of_sets(sets, group), targets, delta, eps)
 
 
 def rank_sort_loss_terms(

@@ -3,7 +3,7 @@ indices and a validity mask, not validated) or from the label API (validated onc
 
 from __future__ import annotations
 
-from typing import Callable, List, NamedTuple, Optional, Sequence, TypeVar
+from typing import Callable, NamedTuple, Optional, Sequence, TypeVar
 
 import torch
 from torch import Tensor
@@ -16,9 +16,9 @@ from .relation_sums import PositiveRanking
 from .segmented_path import SegmentedPath, SetLayout
 from .serial_indexing import take_rows
 
-__all__ = ["RankingInputs", "RankingSet", "set_values"]
+__all__ = ["RankingInputs", "RankingSet", "in_one_call", "per_set", "set_values"]
 
-Terms = TypeVar("Terms")
+Terms = TypeVar("Terms", bound=tuple)
 
 
 class RankingSet(NamedTuple):
@@ -38,14 +38,33 @@ class RankingSet(NamedTuple):
     positive_values: Optional[Tensor] = None
     valid: Optional[Tensor] = None
 
+    def values(self) -> Tensor:
+        """The ``positive_values``, which the caller has checked (:func:`set_values`)."""
+        if self.positive_values is None:
+            raise ValueError("this set has no positive_values")
+        return self.positive_values
+
 
 def set_values(sets: Sequence[RankingSet], name: str) -> Tensor:
     """The ``positive_values`` of all sets one after the other; a ValueError naming the set without them."""
     missing = [index for index, ranking_set in enumerate(sets) if ranking_set.positive_values is None]
     if missing:
         raise ValueError(f"every set needs its positives' {name} (positive_values); set(s) {missing} have none")
-    values: List[Tensor] = [ranking_set.positive_values for ranking_set in sets]  # type: ignore[misc]
-    return torch.cat(values)
+    return torch.cat([ranking_set.values() for ranking_set in sets])
+
+
+def in_one_call(path: str, sets: Sequence[RankingSet]) -> bool:
+    """Whether ``path`` (:data:`alrp_d2.losses.ranking_path.PATHS`) ranks the ``sets`` in one call: ``"dense"``, or
+    ``"auto"`` on a device other than the CPU; otherwise (``"scan"``, ``"auto"`` on the CPU) one call per set."""
+    if not sets:
+        raise ValueError("a segmented ranking needs at least one set")
+    return choose_path(path, sets[0].logits.device).name == "dense"
+
+
+def per_set(call: Callable[[RankingSet], Terms], sets: Sequence[RankingSet]) -> Terms:
+    """The terms of ``call`` on every set, each field stacked to (S,)."""
+    results = [call(ranking_set) for ranking_set in sets]
+    return type(results[0])(*(torch.stack(column) for column in zip(*results)))
 
 
 def _flat_valid(sets: Sequence[RankingSet]) -> Optional[Tensor]:
@@ -92,8 +111,6 @@ class RankingInputs(NamedTuple):
     def of_sets(sets: Sequence[RankingSet], group: Optional[RankingGroup]) -> RankingInputs:
         """The index API for several sets ranked in one call, each on its own
         (:mod:`alrp_d2.losses.segmented_path`): their logits flattened one after the other."""
-        if not sets:
-            raise ValueError("a segmented ranking needs at least one set")
         device = sets[0].logits.device
         logits = torch.cat([ranking_set.logits.reshape(-1) for ranking_set in sets])
         positive_counts = [ranking_set.positive_index.numel() for ranking_set in sets]
