@@ -144,7 +144,7 @@ def rank_sort_loss_sets(
     (to rounding). ``path``: ``"dense"`` ranks the sets in one call (:mod:`alrp_d2.losses.segmented_path`: one
     flattening, one sort, one pass over the logits, a constant number of operations whatever S, no host
     synchronisation without a group, one with a group for all sets); ``"scan"`` calls the single-set loss once per
-    set on the ``scan`` path (fewer operations of work: faster on a CPU, ``benchmarks/rank_sort_speed.py --sets``);
+    set on the ``scan`` path (fewer operations of work: faster on a CPU, ``benchmarks/segmented_speed.py``);
     ``"auto"``: ``scan`` on the CPU, ``dense`` on every other device.
     """
     check_hyperparameters(delta, eps, unit_step=True)
