@@ -120,12 +120,8 @@ def alrp_loss_sets(
 ) -> AlrpLossTerms:
     """:func:`alrp_loss_indexed` of every set of ``sets`` (their ``positive_values``: the E_loc of the positives).
 
-    Every set is its own ranking: every field of the result is (S,), the set's value as the single-set call gives it
-    (to rounding). ``path``: ``"dense"`` ranks the sets in one call (:mod:`alrp_d2.losses.segmented_path`: one
-    flattening, one sort, one pass over the logits, a constant number of operations whatever S, no host
-    synchronisation without a group, one with a group for all sets); ``"scan"`` calls the single-set loss once per
-    set on the ``scan`` path (fewer operations of work: faster on a CPU, ``benchmarks/segmented_speed.py``);
-    ``"auto"``: ``scan`` on the CPU, ``dense`` on every other device.
+    Every field of the result is (S,): each set's value of its own ranking. ``path``: ``"dense"``: all sets in one
+    call, ``"scan"``: one call per set, ``"auto"``: by device (:func:`alrp_d2.losses.ranking_inputs.in_one_call`).
     """
     check_hyperparameters(delta, eps)
     errors = set_values(sets, "localisation errors")

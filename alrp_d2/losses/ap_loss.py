@@ -96,20 +96,16 @@ def _ap_loss(inputs: RankingInputs, delta: float, gate: float, interpolated: boo
 
 def ap_loss_sets(
     sets: Sequence[RankingSet],
+    interpolated: bool = False,
     delta: float = 1.0,
     eps: Optional[float] = 1e-5,
     group: Optional[RankingGroup] = None,
-    interpolated: bool = False,
     path: str = "auto",
 ) -> RankingLossOutput:
     """:func:`ap_loss_indexed` of every set of ``sets``.
 
-    Every set is its own ranking: every field of the result is (S,), the set's value as the single-set call gives it
-    (to rounding). ``path``: ``"dense"`` ranks the sets in one call (:mod:`alrp_d2.losses.segmented_path`: one
-    flattening, one sort, one pass over the logits, a constant number of operations whatever S, no host
-    synchronisation without a group, one with a group for all sets); ``"scan"`` calls the single-set loss once per
-    set on the ``scan`` path (fewer operations of work: faster on a CPU, ``benchmarks/segmented_speed.py``);
-    ``"auto"``: ``scan`` on the CPU, ``dense`` on every other device.
+    Returns (S,) fields, every set ranked on its own; ``path`` chooses between one call for all sets and one
+    call per set (:func:`alrp_d2.losses.ranking_inputs.in_one_call`).
     """
     gate = _gate(delta, eps)
     if not in_one_call(path, sets):

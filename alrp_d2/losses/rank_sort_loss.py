@@ -140,12 +140,8 @@ def rank_sort_loss_sets(
 ) -> RankSortLossTerms:
     """:func:`rank_sort_loss_indexed` of every set of ``sets`` (their ``positive_values``: the positives' targets).
 
-    Every set is its own ranking: every field of the result is (S,), the set's value as the single-set call gives it
-    (to rounding). ``path``: ``"dense"`` ranks the sets in one call (:mod:`alrp_d2.losses.segmented_path`: one
-    flattening, one sort, one pass over the logits, a constant number of operations whatever S, no host
-    synchronisation without a group, one with a group for all sets); ``"scan"`` calls the single-set loss once per
-    set on the ``scan`` path (fewer operations of work: faster on a CPU, ``benchmarks/segmented_speed.py``);
-    ``"auto"``: ``scan`` on the CPU, ``dense`` on every other device.
+    The (S,) fields hold every set's values, each set ranked alone, all sets in one call or one call per set by
+    ``path`` (:func:`alrp_d2.losses.ranking_inputs.in_one_call`).
     """
     check_hyperparameters(delta, eps, unit_step=True)
     targets = set_values(sets, "targets")

@@ -54,8 +54,12 @@ def set_values(sets: Sequence[RankingSet], name: str) -> Tensor:
 
 
 def in_one_call(path: str, sets: Sequence[RankingSet]) -> bool:
-    """Whether ``path`` (:data:`alrp_d2.losses.ranking_path.PATHS`) ranks the ``sets`` in one call: ``"dense"``, or
-    ``"auto"`` on a device other than the CPU; otherwise (``"scan"``, ``"auto"`` on the CPU) one call per set."""
+    """Whether the ``*_loss_sets`` losses rank the ``sets`` in one call on ``path`` (one of
+    :data:`alrp_d2.losses.ranking_path.PATHS`): ``"dense"`` (also ``"auto"`` on a device other than the CPU) ranks
+    them in one call (:mod:`alrp_d2.losses.segmented_path`: one flattening, one sort, one pass over the logits, a
+    constant number of operations whatever S, no host synchronisation without a group, one with a group for all
+    sets); ``"scan"`` (also ``"auto"`` on the CPU) calls the single-set loss once per set on the ``scan`` path (fewer
+    operations of work: faster on a CPU, ``benchmarks/segmented_speed.py``)."""
     if not sets:
         raise ValueError("a segmented ranking needs at least one set")
     return choose_path(path, sets[0].logits.device).name == "dense"

@@ -40,6 +40,7 @@ __all__ = [
     "RankingEdges",
     "RankingNegatives",
     "RankingPath",
+    "RankingRequest",
     "ScanPath",
     "SortingSums",
     "check_path",
@@ -88,6 +89,20 @@ class RankingNegatives(Protocol):
     def relation_sums(self, coefficients: Tensor, dtype: torch.dtype) -> Tensor: ...
 
 
+class RankingRequest(NamedTuple):
+    """What a path relates: the (M,) ``flat`` logits, the ``positive_index`` of this worker's positives, ``valid``
+    (None or (M,) bool, False for the ignored entries), the smoothness ``delta``, the ``exchange`` of a global
+    ranking (None: this worker's examples) and per-positive ``positive_values`` gathered with the scores in a global
+    ranking (None: none)."""
+
+    flat: Tensor
+    positive_index: Tensor
+    valid: Optional[Tensor]
+    delta: float
+    exchange: Optional[PositiveExchange]
+    positive_values: Optional[Tensor]
+
+
 class PathRelations(NamedTuple):
     """The sorted positives, their edges, the negatives, the negatives' (2, num_gaps) gap totals (their count and
     sum of scores, on the edges' scale, per gap) and how the ranking's losses reduce over the positives."""
@@ -105,19 +120,9 @@ class RankingPath(ABC):
     name: str
 
     @abstractmethod
-    def relate(
-        self,
-        flat: Tensor,
-        positive_index: Tensor,
-        valid: Optional[Tensor],
-        delta: float,
-        exchange: Optional[PositiveExchange],
-        positive_values: Optional[Tensor],
-    ) -> PathRelations:
-        """Sorts the positives of the (M,) ``flat`` logits (``positive_index``; of all workers with an
-        ``exchange``, their ``positive_values`` gathered with them), builds their band edges and finds the
-        negatives (``valid``: None or (M,) bool, False for the ignored entries) and their gap totals in one pass
-        over the logits."""
+    def relate(self, request: RankingRequest) -> PathRelations:
+        """Sorts the positives of the request (of all workers with an exchange, their values gathered with them),
+        builds their band edges and finds the negatives and their gap totals in one pass over the logits."""
 
     def zeros(self, zero: Tensor) -> Tensor:
         """The losses of a call without positives, from a connected 0-d ``zero``: one ranking's."""
@@ -129,15 +134,8 @@ class ScanPath(RankingPath):
 
     name = "scan"
 
-    def relate(
-        self,
-        flat: Tensor,
-        positive_index: Tensor,
-        valid: Optional[Tensor],
-        delta: float,
-        exchange: Optional[PositiveExchange],
-        positive_values: Optional[Tensor],
-    ) -> PathRelations:
+    def relate(self, request: RankingRequest) -> PathRelations:
+        flat, positive_index, valid, delta, exchange, positive_values = request
         positives = SortedPositives.of(flat, positive_index, exchange, positive_values)
         # The shift by the smallest score leaves every x_ij unchanged and keeps the prefix sums small.
         offset = positives.scores[0]
@@ -151,15 +149,8 @@ class DensePath(RankingPath):
 
     name = "dense"
 
-    def relate(
-        self,
-        flat: Tensor,
-        positive_index: Tensor,
-        valid: Optional[Tensor],
-        delta: float,
-        exchange: Optional[PositiveExchange],
-        positive_values: Optional[Tensor],
-    ) -> PathRelations:
+    def relate(self, request: RankingRequest) -> PathRelations:
+        flat, positive_index, valid, delta, exchange, positive_values = request
         positives = SortedPositives.of(flat, positive_index, exchange, positive_values)
         edges = DenseEdges.of(positives.scores, delta)
         negatives, totals = DenseNegatives.scan(flat, valid, positives.flat_index, positives.local_scores(), edges)

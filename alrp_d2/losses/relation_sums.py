@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Optional
 import torch
 from torch import Tensor
 
-from .ranking_path import RankingEdges, RankingNegatives, RankingPath
+from .ranking_path import RankingEdges, RankingNegatives, RankingPath, RankingRequest
 from .ranking_reduction import Reduction
 from .serial_indexing import take_rows
 
@@ -141,7 +141,7 @@ class PositiveRanking:
         if valid is not None:
             valid = valid.expand(logits.shape).reshape(-1)
         positives, edges, negatives, negative_totals, reduction = path.relate(
-            flat, positive_index, valid, delta, exchange, positive_values
+            RankingRequest(flat, positive_index, valid, delta, exchange, positive_values)
         )
         # N_FP needs every worker's negatives: their gap totals are summed over the workers.
         if exchange is not None:

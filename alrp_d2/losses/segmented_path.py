@@ -10,19 +10,19 @@ host synchronisation of its own); a global ranking exchanges the numbers of posi
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING, List, NamedTuple, Optional
+from typing import TYPE_CHECKING, List, NamedTuple
 
 import torch
 from torch import Tensor
 
-from .ranking_path import PathRelations, RankingPath
+from .ranking_path import PathRelations, RankingPath, RankingRequest
 from .ranking_reduction import PerSet
 from .segmented_edges import SegmentedEdges, scan_sets
 from .serial_indexing import take_rows
 from .sorted_positives import SortedPositives, gathered_columns
 
 if TYPE_CHECKING:
-    from .global_ranking import PositiveExchange
+    pass
 
 __all__ = ["SegmentedPath", "SetLayout"]
 
@@ -73,15 +73,8 @@ class SegmentedPath(RankingPath):
     def zeros(self, zero: Tensor) -> Tensor:
         return zero.expand(self.layout.num_sets)
 
-    def relate(
-        self,
-        flat: Tensor,
-        positive_index: Tensor,
-        valid: Optional[Tensor],
-        delta: float,
-        exchange: Optional[PositiveExchange],
-        positive_values: Optional[Tensor],
-    ) -> PathRelations:
+    def relate(self, request: RankingRequest) -> PathRelations:
+        flat, positive_index, valid, delta, exchange, positive_values = request
         layout = self.layout
         scores, gathered = gathered_columns(flat, positive_index, exchange, layout.positive_sets, positive_values)
         sets = layout.positive_sets if exchange is None else gathered[0].int()
