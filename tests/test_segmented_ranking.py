@@ -9,7 +9,7 @@ from typing import Dict
 import pytest
 import torch
 
-from alrp_d2.losses import RankingSet, ap_loss_sets, rank_sort_loss_sets
+from alrp_d2.losses import RankingSet, alrp_loss_sets, ap_loss_sets, rank_sort_loss_sets
 from alrp_d2.losses.global_ranking import ranking_group
 
 from .distributed_cases import assert_relative, spawn_workers
@@ -56,8 +56,9 @@ def test_missing_values_and_no_set_are_named():
         rank_sort_loss_sets(
             [RankingSet(logits, torch.tensor([0]), torch.ones(1)), RankingSet(logits, torch.tensor([1]))]
         )
-    with pytest.raises(ValueError, match="at least one set"):
-        ap_loss_sets([])
+    for loss in (ap_loss_sets, rank_sort_loss_sets, alrp_loss_sets):
+        with pytest.raises(ValueError, match="at least one set"):
+            loss([])
     with pytest.raises(ValueError, match=r"path must be one of .*got 'gpu'"):
         ap_loss_sets([RankingSet(logits, torch.tensor([1]))], path="gpu")
 

@@ -124,8 +124,9 @@ def alrp_loss_sets(
     call, ``"scan"``: one call per set, ``"auto"``: by device (:func:`alrp_d2.losses.ranking_inputs.in_one_call`).
     """
     check_hyperparameters(delta, eps)
+    one_call = in_one_call(path, sets)
     errors = set_values(sets, "localisation errors")
-    if not in_one_call(path, sets):
+    if not one_call:
         return per_set(
             lambda s: alrp_loss_indexed(s.logits, s.positive_index, s.values(), s.valid, delta, eps, group, "scan"),
             sets,

@@ -144,8 +144,9 @@ def rank_sort_loss_sets(
     ``path`` (:func:`alrp_d2.losses.ranking_inputs.in_one_call`).
     """
     check_hyperparameters(delta, eps, unit_step=True)
+    one_call = in_one_call(path, sets)
     targets = set_values(sets, "targets")
-    if not in_one_call(path, sets):
+    if not one_call:
         return per_set(
             lambda s: rank_sort_loss_indexed(
                 s.logits, s.positive_index, s.values(), s.valid, delta, eps, group, "scan"
