@@ -1,5 +1,5 @@
-"""Speed of the ranking losses over the sets of one DETR training step: all sets in one call (``path="dense"``, the
-segmented ranking) against one call per set (``path="scan"``, and ``"dense"`` per set), forward and backward.
+"""Speed of the ranking losses over the sets of one DETR training step: all sets in one call (the segmented ranking,
+``alrp_d2.losses.*_loss_sets``) against one call per set, on both paths, forward and backward.
 
     python benchmarks/segmented_speed.py                          # 13 sets, Rank & Sort Loss, on the CPU
     python benchmarks/segmented_speed.py --sets 5 13 --losses rank_sort alrp ap --device cuda
@@ -8,7 +8,7 @@ The sets are those of ``benchmarks/op_count.py``'s DETR rows (:func:`benchmarks.
 300 queries x 80 classes with 32 positives, every third a denoising set of 4 x 200 queries with 160 positives). Time:
 every row warmed up once, then the rows take turns (so that a change of the machine's load hits all alike), the
 median of ``--repeats`` runs; on CUDA each run ends with a synchronisation. ``vs one call``: the row's time over the
-one call's. The machine's load average is printed with the table.
+one call's on the same path. The machine's load average is printed with the table.
 """
 
 from __future__ import annotations
@@ -29,7 +29,12 @@ if ROOT not in sys.path:
 from alrp_d2 import losses  # noqa: E402
 from benchmarks.op_count import LOSSES, detr_sets  # noqa: E402
 
-ROWS = {"one call": ("sets", "dense"), "per set, scan": ("single", "scan"), "per set, dense": ("single", "dense")}
+ROWS = {
+    "one call, scan": ("sets", "scan"),
+    "one call, dense": ("sets", "dense"),
+    "per set, scan": ("single", "scan"),
+    "per set, dense": ("single", "dense"),
+}
 
 
 def step(loss: str, sets: List[losses.RankingSet], mode: str, path: str, device: str) -> Callable[[], None]:
@@ -82,7 +87,7 @@ def main() -> None:
                     times[name].append(time.perf_counter() - start)
             medians = {name: statistics.median(values) for name, values in times.items()}
             for name, median in medians.items():
-                ratio = median / medians["one call"]
+                ratio = median / medians["one call, " + name.split(", ")[1]]
                 print(f"| {loss} | {num_sets} | {name} | {median * 1000:.1f} | {ratio:.2f}x |")
     print(f"load average at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
 

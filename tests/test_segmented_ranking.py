@@ -1,8 +1,10 @@
 """The segmented ranking (``alrp_d2.losses.*_loss_sets``): the sets of a step ranked in one call equal the per-set
-calls, values and gradients, for every loss; no host synchronisation; the global ranking on 2 gloo workers."""
+calls, values and gradients, for every loss, on both paths; its host synchronisations; the global ranking on 2 gloo
+workers."""
 
 from __future__ import annotations
 
+import itertools
 import os
 from typing import Dict
 
@@ -12,7 +14,7 @@ import torch
 from alrp_d2.losses import RankingSet, alrp_loss_sets, ap_loss_sets, rank_sort_loss_sets
 from alrp_d2.losses.global_ranking import ranking_group
 
-from .distributed_cases import assert_relative, spawn_workers
+from .distributed_cases import PATHS, assert_relative, spawn_workers
 from .host_syncs import HostSyncCounter
 from .segmented_cases import LOSSES, leaves, one_call, single_call, step_sets, weighted_backward
 
@@ -23,14 +25,14 @@ TOLERANCE = 1e-6
 @pytest.mark.parametrize("name", sorted(LOSSES))
 @pytest.mark.parametrize("path", ["dense", "scan"])
 def test_one_call_equals_the_per_set_calls(path, name, seed):
-    """``dense``: the sets in one call, no host synchronisation; ``scan``: one call per set, stacked."""
+    """All sets in one call on either path: no host synchronisation on the ``dense`` path, one on the ``scan`` path
+    (the grid lookup's search steps)."""
     components = LOSSES[name][2]
     sets = leaves(step_sets(seed))
     weights = torch.arange(1, len(sets) + 1, dtype=torch.float64)
     with HostSyncCounter() as syncs:
         terms = one_call(name, sets, path=path)
-    if path == "dense":
-        assert syncs.total() == 0, syncs.by_operation
+    assert syncs.total() == {"dense": 0, "scan": 1}[path], syncs.by_operation
     weighted_backward(terms, components, weights)
     for index, ranking_set in enumerate(leaves(sets)):
         expected = single_call(name, ranking_set)
@@ -81,25 +83,23 @@ def worker_part(ranking_set: RankingSet, rank: int, world_size: int) -> RankingS
 def _worker(rank: int, world_size: int, out_dir: str) -> None:
     group = ranking_group("global")
     results: Dict = {}
-    for name in sorted(LOSSES):
-        for seed in range(3):
-            sets = leaves([worker_part(s, rank, world_size) for s in step_sets(seed, images=4)])
-            terms = one_call(name, sets, group=group, path="dense")
-            weighted_backward(terms, LOSSES[name][2], torch.ones(len(sets), dtype=torch.float64))
-            results[name, seed] = (terms, [s.logits.grad for s in sets])
+    for path, name, seed in itertools.product(PATHS, sorted(LOSSES), range(3)):
+        sets = leaves([worker_part(s, rank, world_size) for s in step_sets(seed, images=4)])
+        terms = one_call(name, sets, group=group, path=path)
+        weighted_backward(terms, LOSSES[name][2], torch.ones(len(sets), dtype=torch.float64))
+        results[path, name, seed] = (terms, [s.logits.grad for s in sets])
     torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
 
 
 def test_global_one_call_equals_the_per_set_calls_on_the_concatenation(tmp_path):
     spawn_workers(2, _worker, str(tmp_path))
     per_worker = [torch.load(tmp_path / f"rank{rank}.pt", weights_only=False) for rank in range(2)]
-    for name in sorted(LOSSES):
-        for seed in range(3):
-            for index, ranking_set in enumerate(leaves(step_sets(seed, images=4))):
-                expected = single_call(name, ranking_set)
-                weighted_backward(expected, LOSSES[name][2], torch.tensor(1.0, dtype=torch.float64))
-                for terms, _ in (results[name, seed] for results in per_worker):
-                    for field in expected._fields:
-                        assert_relative(getattr(terms, field)[index], getattr(expected, field), TOLERANCE)
-                grads = [results[name, seed][1][index] for results in per_worker]
-                assert_relative(torch.cat(grads) / 2, ranking_set.logits.grad, TOLERANCE)
+    for path, name, seed in itertools.product(PATHS, sorted(LOSSES), range(3)):
+        for index, ranking_set in enumerate(leaves(step_sets(seed, images=4))):
+            expected = single_call(name, ranking_set)
+            weighted_backward(expected, LOSSES[name][2], torch.tensor(1.0, dtype=torch.float64))
+            for terms, _ in (results[path, name, seed] for results in per_worker):
+                for field in expected._fields:
+                    assert_relative(getattr(terms, field)[index], getattr(expected, field), TOLERANCE)
+            grads = [results[path, name, seed][1][index] for results in per_worker]
+            assert_relative(torch.cat(grads) / 2, ranking_set.logits.grad, TOLERANCE)

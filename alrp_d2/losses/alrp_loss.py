@@ -14,7 +14,7 @@ from .error_driven import (
     zero_connected,
 )
 from .global_ranking import RankingGroup
-from .ranking_inputs import RankingInputs, RankingSet, in_one_call, per_set, set_values
+from .ranking_inputs import RankingInputs, RankingSet, set_values
 from .ranking_statistics import RankingStatistics
 from .relation_sums import PositiveRanking
 
@@ -120,18 +120,12 @@ def alrp_loss_sets(
 ) -> AlrpLossTerms:
     """:func:`alrp_loss_indexed` of every set of ``sets`` (their ``positive_values``: the E_loc of the positives).
 
-    Every field of the result is (S,): each set's value of its own ranking. ``path``: ``"dense"``: all sets in one
-    call, ``"scan"``: one call per set, ``"auto"``: by device (:func:`alrp_d2.losses.ranking_inputs.in_one_call`).
+    Every field of the result is (S,): each set's value of its own ranking, all sets ranked in one call
+    (:mod:`alrp_d2.losses.segmented_path`; ``path`` as for :func:`alrp_loss_indexed`).
     """
     check_hyperparameters(delta, eps)
-    one_call = in_one_call(path, sets)
-    errors = set_values(sets, "localisation errors")
-    if not one_call:
-        return per_set(
-            lambda s: alrp_loss_indexed(s.logits, s.positive_index, s.values(), s.valid, delta, eps, group, "scan"),
-            sets,
-        )
-    return _alrp_loss(RankingInputs.of_sets(sets, group), errors, delta, eps)
+    inputs = RankingInputs.of_sets(sets, group, path)
+    return _alrp_loss(inputs, set_values(sets, "localisation errors"), delta, eps)
 
 
 def alrp_loss_terms(

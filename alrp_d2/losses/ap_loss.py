@@ -15,7 +15,7 @@ from .error_driven import (
     nan_unless_finite,
 )
 from .global_ranking import RankingGroup
-from .ranking_inputs import RankingInputs, RankingSet, in_one_call, per_set
+from .ranking_inputs import RankingInputs, RankingSet
 from .relation_sums import PositiveRanking
 
 __all__ = ["ap_loss", "ap_loss_indexed", "ap_loss_sets", "ap_loss_terms", "interpolated_errors"]
@@ -104,16 +104,11 @@ def ap_loss_sets(
 ) -> RankingLossOutput:
     """:func:`ap_loss_indexed` of every set of ``sets``.
 
-    Returns (S,) fields, every set ranked on its own; ``path`` chooses between one call for all sets and one
-    call per set (:func:`alrp_d2.losses.ranking_inputs.in_one_call`).
+    Returns (S,) fields, every set ranked on its own, all in one call (:mod:`alrp_d2.losses.segmented_path`;
+    ``path`` as for :func:`ap_loss_indexed`).
     """
     gate = _gate(delta, eps)
-    if not in_one_call(path, sets):
-        return per_set(
-            lambda s: ap_loss_indexed(s.logits, s.positive_index, s.valid, delta, eps, group, interpolated, "scan"),
-            sets,
-        )
-    return _ap_loss(RankingInputs.of_sets(sets, group), delta, gate, interpolated)
+    return _ap_loss(RankingInputs.of_sets(sets, group, path), delta, gate, interpolated)
 
 
 def ap_loss_terms(

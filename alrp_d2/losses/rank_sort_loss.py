@@ -37,7 +37,7 @@ from torch import Tensor
 
 from .error_driven import ErrorDrivenRankingLoss, check_hyperparameters, nan_unless_finite, output_dtype
 from .global_ranking import RankingGroup
-from .ranking_inputs import RankingInputs, RankingSet, in_one_call, per_set, set_values
+from .ranking_inputs import RankingInputs, RankingSet, set_values
 from .ranking_path import SortingSums
 from .ranking_statistics import RankingStatistics
 from .relation_sums import PositiveRanking
@@ -140,20 +140,12 @@ def rank_sort_loss_sets(
 ) -> RankSortLossTerms:
     """:func:`rank_sort_loss_indexed` of every set of ``sets`` (their ``positive_values``: the positives' targets).
 
-    The (S,) fields hold every set's values, each set ranked alone, all sets in one call or one call per set by
-    ``path`` (:func:`alrp_d2.losses.ranking_inputs.in_one_call`).
+    The (S,) fields hold every set's values, each set ranked alone, all sets in one call
+    (:mod:`alrp_d2.losses.segmented_path`; ``path`` as for :func:`rank_sort_loss_indexed`).
     """
     check_hyperparameters(delta, eps, unit_step=True)
-    one_call = in_one_call(path, sets)
-    targets = set_values(sets, "targets")
-    if not one_call:
-        return per_set(
-            lambda s: rank_sort_loss_indexed(
-                s.logits, s.positive_index, s.values(), s.valid, delta, eps, group, "scan"
-            ),
-            sets,
-        )
-    return _rank_sort_loss(RankingInputs.of_sets(sets, group), targets, delta, eps)
+    inputs = RankingInputs.of_sets(sets, group, path)
+    return _rank_sort_loss(inputs, set_values(sets, "targets"), delta, eps)
 
 
 def rank_sort_loss_terms(

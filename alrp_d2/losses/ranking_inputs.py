@@ -16,7 +16,7 @@ from .relation_sums import PositiveRanking
 from .segmented_path import SegmentedPath, SetLayout
 from .serial_indexing import take_rows
 
-__all__ = ["RankingInputs", "RankingSet", "in_one_call", "per_set", "set_values"]
+__all__ = ["RankingInputs", "RankingSet", "set_values"]
 
 Terms = TypeVar("Terms", bound=tuple)
 
@@ -51,24 +51,6 @@ def set_values(sets: Sequence[RankingSet], name: str) -> Tensor:
     if missing:
         raise ValueError(f"every set needs its positives' {name} (positive_values); set(s) {missing} have none")
     return torch.cat([ranking_set.values() for ranking_set in sets])
-
-
-def in_one_call(path: str, sets: Sequence[RankingSet]) -> bool:
-    """Whether the ``*_loss_sets`` losses rank the ``sets`` in one call on ``path`` (one of
-    :data:`alrp_d2.losses.ranking_path.PATHS`): ``"dense"`` (also ``"auto"`` on a device other than the CPU) ranks
-    them in one call (:mod:`alrp_d2.losses.segmented_path`: one flattening, one sort, one pass over the logits, a
-    constant number of operations whatever S, no host synchronisation without a group, one with a group for all
-    sets); ``"scan"`` (also ``"auto"`` on the CPU) calls the single-set loss once per set on the ``scan`` path (fewer
-    operations of work: faster on a CPU, ``benchmarks/segmented_speed.py``)."""
-    if not sets:
-        raise ValueError("a segmented ranking needs at least one set")
-    return choose_path(path, sets[0].logits.device).name == "dense"
-
-
-def per_set(call: Callable[[RankingSet], Terms], sets: Sequence[RankingSet]) -> Terms:
-    """The terms of ``call`` on every set, each field stacked to (S,)."""
-    results = [call(ranking_set) for ranking_set in sets]
-    return type(results[0])(*(torch.stack(column) for column in zip(*results)))
 
 
 def _flat_valid(sets: Sequence[RankingSet]) -> Optional[Tensor]:
@@ -112,17 +94,20 @@ class RankingInputs(NamedTuple):
         return RankingInputs(logits, positive_index, valid, num_positives, exchange, chosen)
 
     @staticmethod
-    def of_sets(sets: Sequence[RankingSet], group: Optional[RankingGroup]) -> RankingInputs:
+    def of_sets(sets: Sequence[RankingSet], group: Optional[RankingGroup], path: str) -> RankingInputs:
         """The index API for several sets ranked in one call, each on its own
         (:mod:`alrp_d2.losses.segmented_path`): their logits flattened one after the other."""
+        if not sets:
+            raise ValueError("a segmented ranking needs at least one set")
         device = sets[0].logits.device
         logits = torch.cat([ranking_set.logits.reshape(-1) for ranking_set in sets])
         positive_counts = [ranking_set.positive_index.numel() for ranking_set in sets]
         layout = SetLayout.of([ranking_set.logits.numel() for ranking_set in sets], positive_counts, device)
         positive_index = torch.cat([ranking_set.positive_index.reshape(-1) for ranking_set in sets])
-        positive_index = positive_index + take_rows(layout.starts[0], layout.positive_sets)
+        positive_index = positive_index + take_rows(layout.table[2], layout.positive_sets)
         num_positives, exchange = exchange_checked(lambda: sum(positive_counts), device, group)
-        return RankingInputs(logits, positive_index, _flat_valid(sets), num_positives, exchange, SegmentedPath(layout))
+        chosen = SegmentedPath(layout, choose_path(path, device))
+        return RankingInputs(logits, positive_index, _flat_valid(sets), num_positives, exchange, chosen)
 
     @staticmethod
     def labelled(

@@ -17,20 +17,16 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import Optional
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from .dense_relations import DenseSortingRelations, PositiveMatrix, StepEdges
-from .negative_scan import DenseNegatives, chunks
 from .serial_indexing import take_rows
 
-__all__ = ["SET_CHUNK", "SegmentedEdges", "SegmentedMatrix", "scan_sets"]
-
-#: Entries of the logits read at once: a DETR step's sets (13 x 4 x 300 x 80 logits) in one chunk.
-SET_CHUNK = 1 << 22
+__all__ = ["SegmentedEdges", "SegmentedMatrix", "set_mixing"]
 
 
 @functools.lru_cache(maxsize=16)
@@ -151,38 +147,3 @@ class SegmentedEdges(StepEdges):
 
     def sorting_relations(self, targets: Tensor) -> DenseSortingRelations:
         return DenseSortingRelations(self.matrix, targets)
-
-
-def scan_sets(
-    flat: Tensor,
-    valid: Optional[Tensor],
-    positive_index: Tensor,
-    positive_scores: Tensor,
-    positive_sets: Tensor,
-    edges: SegmentedEdges,
-    entry_sets: Tensor,
-) -> Tuple[DenseNegatives, Tensor]:
-    """As :meth:`alrp_d2.losses.negative_scan.DenseNegatives.scan` for the (M,) logits of all sets one after the
-    other (``entry_sets``: the set of every entry): every entry's gap and the (2, num_gaps) gap totals; the positives
-    and every set's gap below its edges (the ignored entries) are removed."""
-    device, total = flat.device, flat.numel()
-    size = min(total, SET_CHUNK)
-    gaps = torch.empty(total, dtype=torch.int32, device=device)
-    totals = torch.zeros(2, edges.num_gaps, dtype=torch.float64, device=device)
-    ones = torch.ones(max(size, positive_index.numel()), dtype=torch.float64, device=device)
-    if valid is not None:
-        below_every_edge = torch.full((), -torch.inf, dtype=torch.float64, device=device)
-        positive_scores = torch.where(take_rows(valid, positive_index), positive_scores, below_every_edge)
-    for start, end in chunks(total, size):
-        values = flat[start:end].double()
-        if valid is not None:
-            values = torch.where(valid[start:end], values, below_every_edge)
-        chunk_gaps = edges.locate(values, entry_sets[start:end], out=gaps[start:end])
-        totals[0].index_add_(0, chunk_gaps, ones[: end - start])
-        totals[1].index_add_(0, chunk_gaps, values)
-    positive_gaps = edges.locate(positive_scores, positive_sets)
-    totals[0].index_add_(0, positive_gaps, ones[: positive_index.numel()], alpha=-1)
-    totals[1].index_add_(0, positive_gaps, positive_scores, alpha=-1)
-    gaps.index_fill_(0, positive_index, 0)
-    totals.view(2, edges.set_starts.numel(), -1)[:, :, 0] = 0.0  # every set's gap below its edges
-    return DenseNegatives(flat, gaps, SET_CHUNK), totals

@@ -4,8 +4,10 @@ one pass over the logits and one pass of the relations among the positives, with
 (:mod:`alrp_d2.losses.segmented_edges`). Every set is still its own exact ranking: no score of one set is compared
 with another set's, and every set gets its own losses (:class:`alrp_d2.losses.ranking_reduction.PerSet`).
 
-It takes the ``dense`` path's plan on every device (a constant number of operations whatever the number of sets, no
-host synchronisation of its own); a global ranking exchanges the numbers of positives once for all sets."""
+The relations among the positives are masked P x P blocks (the ``dense`` path's) on both paths; the negatives find
+their gaps by the grid lookup on the ``scan`` path (the CPU's: one host synchronisation) or by ``searchsorted`` on the
+``dense`` one (a constant number of operations whatever the number of sets, no host synchronisation of its own). A
+global ranking exchanges the numbers of positives once for all sets."""
 
 from __future__ import annotations
 
@@ -17,31 +19,38 @@ from torch import Tensor
 
 from .ranking_path import PathRelations, RankingPath, RankingRequest
 from .ranking_reduction import PerSet
-from .segmented_edges import SegmentedEdges, scan_sets
+from .segmented_edges import SegmentedEdges
+from .segmented_scan import SetPositives, dense_scan, grid_scan
 from .serial_indexing import take_rows
 from .sorted_positives import SortedPositives, gathered_columns
 
 if TYPE_CHECKING:
     pass
 
-__all__ = ["SegmentedPath", "SetLayout"]
+__all__ = ["SCANS", "SegmentedPath", "SetLayout"]
+
+#: The pass over the logits of every path (:func:`alrp_d2.losses.ranking_path.choose_path`).
+SCANS = {"scan": grid_scan, "dense": dense_scan}
 
 
 class SetLayout(NamedTuple):
     """Where the sets lie in the flattened logits and among this worker's positives.
 
     Attributes:
-        starts: (2, S) int64, the first entry of every set in the flattened logits and the first of its positives
-            among this worker's.
+        table: (4, S) int64, every set's entries in the flattened logits and positives of this worker, and the first
+            entry and the first positive of every set.
         sizes: (2, S) float64, this worker's positives of every set, and the same at least 1 (a mean's divisor).
-        entry_sets: (M,) int32, the set of every entry of the flattened logits.
+        set_ids: (S,) int32, 0 to S - 1.
         positive_sets: (P,) int32, the set of every positive of this worker, in the order given (set by set).
+        entry_counts, entry_starts: the entries of every set and the first of them, on the host.
     """
 
-    starts: Tensor
+    table: Tensor
     sizes: Tensor
-    entry_sets: Tensor
+    set_ids: Tensor
     positive_sets: Tensor
+    entry_counts: List[int]
+    entry_starts: List[int]
 
     @staticmethod
     def of(entry_counts: List[int], positive_counts: List[int], device: torch.device) -> SetLayout:
@@ -51,24 +60,28 @@ class SetLayout(NamedTuple):
         sizes = [positive_counts, [max(count, 1) for count in positive_counts]]
         set_ids = torch.arange(len(entry_counts), dtype=torch.int32, device=device)
         return SetLayout(
-            table[2:],
+            table,
             torch.tensor(sizes, dtype=torch.float64, device=device),
-            torch.repeat_interleave(set_ids, table[0], output_size=sum(entry_counts)),
+            set_ids,
             torch.repeat_interleave(set_ids, table[1], output_size=sum(positive_counts)),
+            entry_counts,
+            starts[0],
         )
 
     @property
     def num_sets(self) -> int:
-        return self.starts.shape[1]
+        return len(self.entry_counts)
 
 
 class SegmentedPath(RankingPath):
-    """The sets of ``layout`` ranked together, each on its own (module docstring)."""
+    """The sets of ``layout`` ranked together, each on its own (module docstring); the negatives are found as
+    ``path`` finds them (:mod:`alrp_d2.losses.segmented_scan`)."""
 
     name = "segmented"
 
-    def __init__(self, layout: SetLayout):
+    def __init__(self, layout: SetLayout, path: RankingPath):
         self.layout = layout
+        self.scan = SCANS[path.name]
 
     def zeros(self, zero: Tensor) -> Tensor:
         return zero.expand(self.layout.num_sets)
@@ -85,15 +98,14 @@ class SegmentedPath(RankingPath):
         values = gathered[-1] if exchange is not None and positive_values is not None else None
         positives = SortedPositives.ordered(positive_index, exchange, order, sorted_scores, values)
         if exchange is None:
-            starts, counts, divisor = layout.starts[1], *layout.sizes
+            starts, counts, divisor = layout.table[3], *layout.sizes
         else:  # the positives of every worker
             counts = scores.new_zeros(layout.num_sets).index_add_(0, sets, torch.ones_like(scores))
             starts = (torch.cumsum(counts, 0) - counts).long()
             divisor = counts.clamp_min(1.0)
         edges = SegmentedEdges.of(sorted_scores, sorted_sets, starts, delta)
         local_sets = sorted_sets if exchange is None else layout.positive_sets
-        negatives, totals = scan_sets(
-            flat, valid, positives.flat_index, positives.local_scores(), local_sets, edges, layout.entry_sets
-        )
+        local = SetPositives(positives.flat_index, positives.local_scores(), local_sets)
+        negatives, totals = self.scan(flat, valid, local, edges, layout)
         reduction = PerSet(sorted_sets, counts, divisor, starts, local_sets, edges.gaps_per_set)
         return PathRelations(positives, edges, negatives, totals, reduction)
