@@ -13,8 +13,9 @@ from .global_ranking import PositiveExchange, RankingGroup, exchange_checked
 from .input_checks import check_rank_sort_inputs, check_ranking_inputs
 from .ranking_path import RankingPath, choose_path
 from .relation_sums import PositiveRanking
-from .segmented_path import SegmentedPath, SetLayout
+from .segmented_path import SegmentedPath
 from .serial_indexing import take_rows
+from .set_layout import SetLayout
 
 __all__ = ["RankingInputs", "RankingSet", "set_values"]
 

@@ -11,9 +11,6 @@ global ranking exchanges the numbers of positives once for all sets."""
 
 from __future__ import annotations
 
-import itertools
-from typing import TYPE_CHECKING, List, NamedTuple
-
 import torch
 from torch import Tensor
 
@@ -22,55 +19,13 @@ from .ranking_reduction import PerSet
 from .segmented_edges import SegmentedEdges
 from .segmented_scan import SetPositives, dense_scan, grid_scan
 from .serial_indexing import take_rows
+from .set_layout import SetLayout
 from .sorted_positives import SortedPositives, gathered_columns
 
-if TYPE_CHECKING:
-    pass
-
-__all__ = ["SCANS", "SegmentedPath", "SetLayout"]
+__all__ = ["SCANS", "SegmentedPath"]
 
 #: The pass over the logits of every path (:func:`alrp_d2.losses.ranking_path.choose_path`).
 SCANS = {"scan": grid_scan, "dense": dense_scan}
-
-
-class SetLayout(NamedTuple):
-    """Where the sets lie in the flattened logits and among this worker's positives.
-
-    Attributes:
-        table: (4, S) int64, every set's entries in the flattened logits and positives of this worker, and the first
-            entry and the first positive of every set.
-        sizes: (2, S) float64, this worker's positives of every set, and the same at least 1 (a mean's divisor).
-        set_ids: (S,) int32, 0 to S - 1.
-        positive_sets: (P,) int32, the set of every positive of this worker, in the order given (set by set).
-        entry_counts, entry_starts: the entries of every set and the first of them, on the host.
-    """
-
-    table: Tensor
-    sizes: Tensor
-    set_ids: Tensor
-    positive_sets: Tensor
-    entry_counts: List[int]
-    entry_starts: List[int]
-
-    @staticmethod
-    def of(entry_counts: List[int], positive_counts: List[int], device: torch.device) -> SetLayout:
-        """From the number of logits and of positives of every set (copies to the device, no synchronisation)."""
-        starts = [list(itertools.accumulate(counts, initial=0))[:-1] for counts in (entry_counts, positive_counts)]
-        table = torch.tensor([entry_counts, positive_counts, *starts], dtype=torch.long, device=device)
-        sizes = [positive_counts, [max(count, 1) for count in positive_counts]]
-        set_ids = torch.arange(len(entry_counts), dtype=torch.int32, device=device)
-        return SetLayout(
-            table,
-            torch.tensor(sizes, dtype=torch.float64, device=device),
-            set_ids,
-            torch.repeat_interleave(set_ids, table[1], output_size=sum(positive_counts)),
-            entry_counts,
-            starts[0],
-        )
-
-    @property
-    def num_sets(self) -> int:
-        return len(self.entry_counts)
 
 
 class SegmentedPath(RankingPath):

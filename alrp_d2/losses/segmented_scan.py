@@ -10,7 +10,7 @@ is written by :meth:`alrp_d2.losses.negative_scan.DenseNegatives.relation_sums`,
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple, Optional, Tuple
+from typing import NamedTuple, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -19,9 +19,7 @@ from .gap_lookup import GapLookup
 from .negative_scan import CHUNK, DenseNegatives, ScanWorkspace, chunks, ranked_values
 from .segmented_edges import SegmentedEdges
 from .serial_indexing import take_rows
-
-if TYPE_CHECKING:
-    from .segmented_path import SetLayout
+from .set_layout import SetLayout
 
 __all__ = ["SET_CHUNK", "SetPositives", "dense_scan", "grid_scan"]
 
