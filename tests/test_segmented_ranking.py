@@ -11,7 +11,7 @@ from typing import Dict
 import pytest
 import torch
 
-from alrp_d2.losses import RankingSet, alrp_loss_sets, ap_loss_sets, rank_sort_loss_sets
+from alrp_d2.losses import RankingSet, alrp_loss_sets, ap_loss_sets, rank_sort_loss_sets, segmented_scan
 from alrp_d2.losses.global_ranking import ranking_group
 
 from .distributed_cases import PATHS, assert_relative, spawn_workers
@@ -42,6 +42,24 @@ def test_one_call_equals_the_per_set_calls(path, name, seed):
         assert_relative(sets[index].logits.grad, ranking_set.logits.grad, TOLERANCE)
         if name == "alrp":
             assert_relative(sets[index].positive_values.grad, ranking_set.positive_values.grad, TOLERANCE)
+
+
+@pytest.mark.parametrize("path", ["dense", "scan"])
+@pytest.mark.parametrize("name", ["alrp", "rank_sort"])
+def test_chunks_of_7_logits_change_nothing(name, path, monkeypatch):
+    """Chunks that split every set (and, on the dense path, cross the sets' boundaries)."""
+    sets = leaves(step_sets(4))
+    expected = one_call(name, sets, path=path)
+    monkeypatch.setattr(segmented_scan, "CHUNK", 7)
+    monkeypatch.setattr(segmented_scan, "SET_CHUNK", 7)
+    chunked = leaves(sets)
+    terms = one_call(name, chunked, path=path)
+    weighted_backward(terms, LOSSES[name][2], torch.ones(len(sets), dtype=torch.float64))
+    weighted_backward(expected, LOSSES[name][2], torch.ones(len(sets), dtype=torch.float64))
+    for field in terms._fields:
+        assert_relative(getattr(terms, field), getattr(expected, field), 1e-12)
+    for chunked_set, ranking_set in zip(chunked, sets):
+        assert_relative(chunked_set.logits.grad, ranking_set.logits.grad, 1e-12)
 
 
 def test_sets_without_any_positive_give_connected_zeros():
