@@ -15,7 +15,8 @@ call carries it):
    ``--build-ops`` they are built with all cores (``MAX_JOBS``) for the GPU's architecture; if the build fails or
    outlasts its time, the run goes on without them and the report says so.
 4. ``benchmarks/gpu_report.py`` with every section, against the official loops and BRL from ``references/`` in the
-   bundle; then ``benchmarks/op_count.py`` and ``benchmarks/detr_loss_speed.py`` where the checkout has them.
+   bundle; then ``benchmarks/op_count.py``, ``benchmarks/segmented_speed.py`` and ``benchmarks/detr_loss_speed.py``
+   where the checkout has them.
 
 Writes ``report.md`` (one markdown report: the machine, the install, then each benchmark's output), ``device_run.log``
 (every command's output) and ``environment.txt`` into ``--out`` (default ``$OUT``, else ``output/device_run``). Each
@@ -56,6 +57,12 @@ REFERENCE_OPTIONS = {"--official-repo": "aLRPLoss", "--ranksort-repo": "RankSort
 #: with --quick where the script has them).
 EXTRA_BENCHMARKS: Tuple[Tuple[str, str, int, Tuple[Tuple[str, ...], ...]], ...] = (
     ("Operations per call (`benchmarks/op_count.py`)", "benchmarks/op_count.py", 45, (("--cases", "32768:500"),)),
+    (
+        "A step's sets in one call (`benchmarks/segmented_speed.py`)",
+        "benchmarks/segmented_speed.py",
+        90,
+        (("--sets", "5"), ("--repeats", "1")),
+    ),
     (
         "DETR losses (`benchmarks/detr_loss_speed.py`)",
         "benchmarks/detr_loss_speed.py",

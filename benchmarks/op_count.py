@@ -4,6 +4,7 @@
     python benchmarks/op_count.py --path scan           # the CPU's path (labelled)
     python benchmarks/op_count.py --cases 4000000:1500 --by-operation
     python benchmarks/op_count.py --previous-repo /tmp/previous   # another checkout's losses (labelled), as they run
+    python benchmarks/op_count.py --detr-sets 1 5 13 --cases        # only the DETR step rows
 
 Prints one line per case, ``<loss> P=<P> ops=<n>`` (loss in alrp, ap, rank_sort), for the path chosen by
 ``--path`` (``dense``, the path a CUDA device takes, by default; see :mod:`alrp_d2.losses.ranking_path`), passed to
@@ -16,6 +17,11 @@ heads call the losses: aLRP Loss with delta 1, AP Loss interpolated as the offic
 delta 0.5. ``tests/test_ranking_path.py`` asserts the bounds of the dense path with this counter. ``--previous-repo``
 counts the losses of another checkout of this project (``git archive REV | tar -x -C DIR``), loaded under another
 name (``benchmarks/reference_losses.load_previous``), on whatever path it takes on ``--device``.
+
+``detr_step sets=<S> ops=<n> loss=<loss>``: one DETR training step's ranking loss over S sets in one call
+(``alrp_d2.losses.*_loss_sets`` with ``path="dense"``, the segmented ranking, which every device but the CPU takes):
+sets of 4 images x 300 queries x 80 classes with 32 positives, every third a denoising set of 4 x 200 queries with
+160 positives (``--detr-sets``, 13 by default, as D-FINE's). The count should not depend on S.
 """
 
 from __future__ import annotations
@@ -124,6 +130,44 @@ def count_operations(
     return counter
 
 
+def detr_sets(num_sets: int, device: str, seed: int = 0) -> List[our_losses.RankingSet]:
+    """The sets of one DETR step (module docstring): start-of-training logits, IoU targets."""
+    gen = torch.Generator().manual_seed(seed)
+    sets = []
+    for index in range(num_sets):
+        queries, num_positives = (200, 160) if index % 3 == 2 else (300, 32)
+        logits = torch.randn(4, queries, 80, generator=gen) * 0.5 - 4.6
+        positives = torch.randperm(logits.numel(), generator=gen)[:num_positives]
+        logits.view(-1)[positives] += 0.5
+        targets = 1.0 - torch.rand(num_positives, generator=gen)
+        sets.append(our_losses.RankingSet(logits.to(device), positives.to(device), targets.to(device)))
+    return sets
+
+
+def count_detr_step(loss: str, num_sets: int, device: str = "cpu") -> OperationCounter:
+    """The operations of one forward and backward of ``loss`` over the ``num_sets`` sets of :func:`detr_sets` in
+    one call (the sum of the sets' losses), after one uncounted warm-up call."""
+    sets = detr_sets(num_sets, device)
+
+    def run() -> None:
+        leaves = [ranking_set._replace(logits=ranking_set.logits.detach().requires_grad_(True)) for ranking_set in sets]
+        if loss == "alrp":
+            errors = [ranking_set.positive_values.detach().requires_grad_(True) for ranking_set in leaves]
+            with_errors = [ranking_set._replace(positive_values=error) for ranking_set, error in zip(leaves, errors)]
+            terms = our_losses.alrp_loss_sets(with_errors, delta=1.0, path="dense")
+            (terms.loss_cls + terms.loss_loc).sum().backward()
+        elif loss == "ap":
+            our_losses.ap_loss_sets(leaves, eps=None, interpolated=True, path="dense").loss.sum().backward()
+        else:
+            rank_sort = our_losses.rank_sort_loss_sets(leaves, delta=0.5, path="dense")
+            (rank_sort.ranking_loss + rank_sort.sorting_loss).sum().backward()
+
+    run()
+    with OperationCounter() as counter:
+        run()
+    return counter
+
+
 def parse_cases(cases: List[str]) -> List[Tuple[int, int]]:
     return [(int(m), int(p)) for m, p in (case.split(":") for case in cases)]
 
@@ -133,9 +177,10 @@ def main() -> None:
     parser.add_argument("--path", default="dense", choices=PATHS[1:], help="the ranking path counted")
     parser.add_argument("--device", default="cpu", help="where the losses run (the count does not depend on it)")
     parser.add_argument("--losses", nargs="+", default=list(LOSSES), choices=LOSSES)
-    parser.add_argument("--cases", nargs="+", default=CASES, help="M:P, the numbers of logits and positives")
+    parser.add_argument("--cases", nargs="*", default=CASES, help="M:P, the numbers of logits and positives")
     parser.add_argument("--by-operation", action="store_true", help="also print the count of every operation")
     parser.add_argument("--previous-repo", default="", help="count another checkout's losses, on their own path")
+    parser.add_argument("--detr-sets", nargs="*", type=int, default=[13], help="S of the DETR step rows")
     args = parser.parse_args()
     path = None if args.previous_repo else args.path
     label = " previous" if args.previous_repo else "" if args.path == "dense" else f" path={args.path}"
@@ -144,11 +189,20 @@ def main() -> None:
             counter = count_operations(loss, num_logits, num_positives, path, args.device, args.previous_repo)
             size = "" if num_logits == 32768 else f" M={num_logits}"
             print(f"{loss} P={num_positives} ops={counter.total}{label}{size}")
-            if args.by_operation:
-                by_name: Dict[str, int] = Counter()
-                for func, count in counter.counts.items():
-                    by_name[str(func)] += count
-                print("   ", ", ".join(f"{name} {count}" for name, count in by_name.most_common()))
+            print_by_operation(counter, args.by_operation)
+    for num_sets in [] if args.previous_repo else args.detr_sets:
+        for loss in args.losses:
+            counter = count_detr_step(loss, num_sets, args.device)
+            print(f"detr_step sets={num_sets} ops={counter.total} loss={loss}")
+            print_by_operation(counter, args.by_operation)
+
+
+def print_by_operation(counter: OperationCounter, wanted: bool) -> None:
+    if wanted:
+        by_name: Dict[str, int] = Counter()
+        for func, count in counter.counts.items():
+            by_name[str(func)] += count
+        print("   ", ", ".join(f"{name} {count}" for name, count in by_name.most_common()))
 
 
 if __name__ == "__main__":

@@ -70,7 +70,9 @@ class _DispatchCounter(TorchDispatchMode):
         self.counter = counter
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        syncs = func in _SYNC_OPS or (
+        # repeat_interleave reads its output's size unless the caller gives it.
+        sized = func is aten.repeat_interleave.Tensor and (kwargs or {}).get("output_size") is not None
+        syncs = (func in _SYNC_OPS and not sized) or (
             func in (aten.index.Tensor, aten.index_put_.default, aten.index_put.default) and _has_bool_index(args)
         )
         if syncs:

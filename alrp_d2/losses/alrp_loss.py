@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional, Tuple
+from typing import NamedTuple, Optional, Sequence, Tuple
 
-import torch
 from torch import Tensor
 
 from .error_driven import (
@@ -15,11 +14,11 @@ from .error_driven import (
     zero_connected,
 )
 from .global_ranking import RankingGroup
-from .ranking_inputs import RankingInputs
+from .ranking_inputs import RankingInputs, RankingSet, set_values
 from .ranking_statistics import RankingStatistics
 from .relation_sums import PositiveRanking
 
-__all__ = ["AlrpLossTerms", "alrp_loss", "alrp_loss_indexed", "alrp_loss_terms"]
+__all__ = ["AlrpLossTerms", "alrp_loss", "alrp_loss_indexed", "alrp_loss_sets", "alrp_loss_terms"]
 
 
 class AlrpLossTerms(NamedTuple):
@@ -92,7 +91,8 @@ def _alrp_loss(inputs: RankingInputs, loc_errors: Tensor, delta: float, eps: flo
     dtype = output_dtype(logits)
 
     def without_positives(zero: Tensor) -> AlrpLossTerms:
-        return AlrpLossTerms(zero, zero_connected(loc_errors, dtype), zero.detach(), zero.detach())
+        loc_zero = inputs.path.zeros(zero_connected(loc_errors, dtype))
+        return AlrpLossTerms(zero, loc_zero, zero.detach(), zero.detach())
 
     def from_ranking(ranking: PositiveRanking) -> AlrpLossTerms:
         sorted_errors = ranking.sorted_positive_values(loc_errors).double()
@@ -103,12 +103,29 @@ def _alrp_loss(inputs: RankingInputs, loc_errors: Tensor, delta: float, eps: flo
             logits, ranking, update, num_false_positives / rank, eps
         )
         # 1/|P| sum_i (sum_{k: s_k >= s_i} E_loc(k)) / rank(i) = 1/|P| sum_k E_loc(k) sum_{i: s_i <= s_k} 1 / rank(i)
-        loss_loc = torch.dot(sorted_errors, ranking.at_or_below_sums(rank.reciprocal())) / ranking.num_positives
+        loss_loc = ranking.reduction.dot_mean(sorted_errors, ranking.at_or_below_sums(rank.reciprocal()))
         return AlrpLossTerms(
             nan_unless_finite(loss_cls, logits), loss_loc.to(dtype), positive_magnitude, negative_magnitude
         )
 
     return inputs.loss_terms(delta, loc_errors, without_positives, from_ranking)
+
+
+def alrp_loss_sets(
+    sets: Sequence[RankingSet],
+    delta: float = 1.0,
+    eps: float = 1e-5,
+    group: Optional[RankingGroup] = None,
+    path: str = "auto",
+) -> AlrpLossTerms:
+    """:func:`alrp_loss_indexed` of every set of ``sets`` (their ``positive_values``: the E_loc of the positives).
+
+    Every field of the result is (S,): each set's value of its own ranking, all sets ranked in one call
+    (:mod:`alrp_d2.losses.segmented_path`; ``path`` as for :func:`alrp_loss_indexed`).
+    """
+    check_hyperparameters(delta, eps)
+    inputs = RankingInputs.of_sets(sets, group, path)
+    return _alrp_loss(inputs, set_values(sets, "localisation errors"), delta, eps)
 
 
 def alrp_loss_terms(

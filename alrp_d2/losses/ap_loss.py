@@ -3,7 +3,7 @@ the interpolation of the original AP Loss (Chen et al., CVPR 2019; the official 
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Sequence
 
 import torch
 from torch import Tensor
@@ -15,11 +15,10 @@ from .error_driven import (
     nan_unless_finite,
 )
 from .global_ranking import RankingGroup
-from .ranking_inputs import RankingInputs
+from .ranking_inputs import RankingInputs, RankingSet
 from .relation_sums import PositiveRanking
-from .serial_indexing import take_rows
 
-__all__ = ["ap_loss", "ap_loss_indexed", "ap_loss_terms", "interpolated_errors"]
+__all__ = ["ap_loss", "ap_loss_indexed", "ap_loss_sets", "ap_loss_terms", "interpolated_errors"]
 
 #: The gate of a loss without one: only positives with N_FP(i) = 0, whose error is 0, are skipped.
 _NO_GATE = torch.finfo(torch.float64).tiny
@@ -31,9 +30,7 @@ def interpolated_errors(ranking: PositiveRanking) -> Tensor:
     positives it visits before ``i`` (ascending score). Tied positives have the same precision,
     so the result does not depend on the order of ties; every tie takes the minimum up to its last
     member. A cumulative minimum: O(P)."""
-    running = torch.cummin(ranking.num_false_positives / ranking.rank, 0).values
-    scores = ranking.positive_scores
-    return take_rows(running, torch.searchsorted(scores, scores, right=True) - 1)
+    return ranking.reduction.running_min_at_ties(ranking.positive_scores, ranking.num_false_positives / ranking.rank)
 
 
 def ap_loss_indexed(
@@ -95,6 +92,23 @@ def _ap_loss(inputs: RankingInputs, delta: float, gate: float, interpolated: boo
         return RankingLossOutput(nan_unless_finite(loss, logits), positive_magnitude, negative_magnitude)
 
     return inputs.loss_terms(delta, None, without_positives, from_ranking)
+
+
+def ap_loss_sets(
+    sets: Sequence[RankingSet],
+    interpolated: bool = False,
+    delta: float = 1.0,
+    eps: Optional[float] = 1e-5,
+    group: Optional[RankingGroup] = None,
+    path: str = "auto",
+) -> RankingLossOutput:
+    """:func:`ap_loss_indexed` of every set of ``sets``.
+
+    Returns (S,) fields, every set ranked on its own, all in one call (:mod:`alrp_d2.losses.segmented_path`;
+    ``path`` as for :func:`ap_loss_indexed`).
+    """
+    gate = _gate(delta, eps)
+    return _ap_loss(RankingInputs.of_sets(sets, group, path), delta, gate, interpolated)
 
 
 def ap_loss_terms(

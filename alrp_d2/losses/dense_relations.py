@@ -87,7 +87,7 @@ class PositiveMatrix:
 
 
 @functools.lru_cache(maxsize=16)
-def _mixing(delta: float, device: torch.device) -> Tensor:
+def band_mixing(delta: float, device: torch.device) -> Tensor:
     """(2, 4) float64: the coefficients ``A``, ``B`` from the prefix sums of ``w`` and ``w q`` at the ends of a gap's
     band and above part, ``A = (W_band + W_above) / 2 - (Q_band - Q_above) / (2 delta)`` and
     ``B = (W_band - W_above) / (2 delta)``. Made once per delta and device (a copy to the device, which may wait for
@@ -227,7 +227,7 @@ class DenseEdges(StepEdges):
         at_ends = torch.index_select(prefix, 1, self.gap_ends.view(-1))  # [column, (band end, above end) x gap]
         if self.unit_step:
             return at_ends[:, self.num_gaps :]
-        return torch.mm(_mixing(self.delta, prefix.device), at_ends.view(4, -1))
+        return torch.mm(band_mixing(self.delta, prefix.device), at_ends.view(4, -1))
 
     def sorting_relations(self, targets: Tensor) -> DenseSortingRelations:
         """The relations of these positives by target and by score (P x P blocks), for the (P,) float64 targets."""

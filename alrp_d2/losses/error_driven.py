@@ -102,7 +102,8 @@ class ErrorDrivenRankingLoss(torch.autograd.Function):
         eps: float,
         extra_positive_grad: Optional[Tensor] = None,
     ) -> Tuple[Tensor, Tensor, Tensor]:
-        normaliser = ranking.num_positives
+        reduction = ranking.reduction
+        normaliser = reduction.normaliser
         # The gate of line 28 (update is finite wherever it closes: N_FP < eps and rank >= 1).
         shares = update * (ranking.num_false_positives >= eps)
         positive_grad = shares / -normaliser
@@ -122,8 +123,8 @@ class ErrorDrivenRankingLoss(torch.autograd.Function):
         ctx.scale = ranking.gradient_scale
         ctx.ranking = ranking
         ctx.save_for_backward(coefficients, local_positive_grad)
-        loss = (update if loss_terms is None else loss_terms).mean().to(dtype)
-        positive_magnitude = torch.linalg.vector_norm(positive_grad, 1).to(dtype)
+        loss = reduction.mean(update if loss_terms is None else loss_terms).to(dtype)
+        positive_magnitude = reduction.norm1(positive_grad).to(dtype)
         # Every negative's gradient sum_i w_i H(x_ij) is >= 0 (the shares w_i are), so its magnitude is
         # its value, summed over the negatives of every worker from their gap totals.
         negative_magnitude = ranking.negative_relation_total(coefficients).to(dtype)
@@ -138,6 +139,7 @@ class ErrorDrivenRankingLoss(torch.autograd.Function):
         coefficients, positive_grad = ctx.saved_tensors
         ranking = ctx.ranking
         scale = grad_loss.double() if ctx.scale == 1.0 else grad_loss.double() * ctx.scale
-        grad = ranking.negative_relation_sum(coefficients * scale, ctx.dtype)
-        grad.index_copy_(0, ranking.positive_index, (positive_grad * scale).to(ctx.dtype))
+        coefficients, positive_grad = ranking.reduction.scaled(coefficients, positive_grad, scale)
+        grad = ranking.negative_relation_sum(coefficients, ctx.dtype)
+        grad.index_copy_(0, ranking.positive_index, positive_grad.to(ctx.dtype))
         return grad.view(ctx.shape), None, None, None, None, None

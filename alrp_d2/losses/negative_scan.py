@@ -90,7 +90,7 @@ class ScanWorkspace(NamedTuple):
         )
 
 
-def _ranked_values(logits: Tensor, valid: Optional[Tensor], below_every_edge: Tensor, buffer: Tensor) -> Tensor:
+def ranked_values(logits: Tensor, valid: Optional[Tensor], below_every_edge: Tensor, buffer: Tensor) -> Tensor:
     """The ``logits`` as the gap lookup compares them: in ``buffer``'s dtype, the ignored entries (``valid``
     False) ``below_every_edge`` (0-d, -inf); the logits themselves where nothing changes, else written to
     ``buffer``."""
@@ -139,14 +139,14 @@ class ScanNegatives:
         for start, end in chunks(total, size):
             buffers = workspace.first(end - start)
             chunk_valid = None if valid is None else valid[start:end]
-            chunk = _ranked_values(logits[start:end], chunk_valid, below_every_edge, buffers.values)
+            chunk = ranked_values(logits[start:end], chunk_valid, below_every_edge, buffers.values)
             chunk_gaps = lookup.gaps(chunk, buffers.lookup)
             gaps[start:end] = chunk_gaps
             chunk_index = buffers.scatter_index.copy_(chunk_gaps)
             totals[0].scatter_add_(0, chunk_index, buffers.ones)
             totals[1].scatter_add_(0, chunk_index, buffers.shifted.copy_(chunk).sub_(offset))
         positives = ScanWorkspace.allocate(positive_index.numel(), lookup.edges.dtype, device)
-        positive_values = _ranked_values(
+        positive_values = ranked_values(
             take_rows(logits, positive_index),
             None if valid is None else take_rows(valid, positive_index),
             below_every_edge,
@@ -189,10 +189,12 @@ class DenseNegatives:
     Attributes:
         logits: (M,) the flat logits (detached, their dtype).
         gaps: (M,) the gap of every entry, 0 for the positives and the ignored entries.
+        chunk: the entries of a chunk of the backward pass.
     """
 
     logits: Tensor
     gaps: Tensor
+    chunk: int
 
     @staticmethod
     def scan(
@@ -219,14 +221,14 @@ class DenseNegatives:
         totals[0].index_add_(0, positive_gaps, ones[: positive_index.numel()], alpha=-1)
         totals[1].index_add_(0, positive_gaps, positive_scores, alpha=-1)
         _remove_positives(gaps, totals, positive_index)
-        return DenseNegatives(logits, gaps), totals
+        return DenseNegatives(logits, gaps, DENSE_CHUNK), totals
 
     def relation_sums(self, coefficients: Tensor, dtype: torch.dtype) -> Tensor:
         """As :meth:`ScanNegatives.relation_sums` (with no offset): one gather of the coefficients and one
         fused multiply-add per chunk."""
         total = self.logits.numel()
         result = torch.empty(total, dtype=dtype, device=self.logits.device)
-        for start, end in chunks(total, min(total, DENSE_CHUNK)):
+        for start, end in chunks(total, min(total, self.chunk)):
             rows = torch.index_select(coefficients, 1, self.gaps[start:end])
             if len(rows) == 1:
                 result[start:end] = rows[0]

@@ -30,14 +30,14 @@ relation sums in O(N + P log P), ``A, B, D, E`` and the positives' sorting gradi
 from __future__ import annotations
 
 import math
-from typing import NamedTuple, Optional, Tuple
+from typing import NamedTuple, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
 
 from .error_driven import ErrorDrivenRankingLoss, check_hyperparameters, nan_unless_finite, output_dtype
 from .global_ranking import RankingGroup
-from .ranking_inputs import RankingInputs
+from .ranking_inputs import RankingInputs, RankingSet, set_values
 from .ranking_path import SortingSums
 from .ranking_statistics import RankingStatistics
 from .relation_sums import PositiveRanking
@@ -47,6 +47,7 @@ __all__ = [
     "RankSortLossTerms",
     "rank_sort_loss",
     "rank_sort_loss_indexed",
+    "rank_sort_loss_sets",
     "rank_sort_loss_terms",
 ]
 
@@ -122,12 +123,29 @@ def _rank_sort_loss(inputs: RankingInputs, positive_targets: Tensor, delta: floa
         ranking_loss, positive_magnitude, negative_magnitude = ErrorDrivenRankingLoss.apply(
             logits, ranking, ranking_errors, None, gate, sorting_grad
         )
-        sorting_loss = sorting_errors.mean().to(output_dtype(logits)) + 0.0 * ranking_loss
+        sorting_loss = ranking.reduction.mean(sorting_errors).to(output_dtype(logits)) + 0.0 * ranking_loss
         return RankSortLossTerms(
             nan_unless_finite(ranking_loss, logits), sorting_loss, positive_magnitude, negative_magnitude
         )
 
     return inputs.loss_terms(delta, positive_targets, without_positives, from_ranking)
+
+
+def rank_sort_loss_sets(
+    sets: Sequence[RankingSet],
+    delta: float = 0.5,
+    eps: float = 1e-10,
+    group: Optional[RankingGroup] = None,
+    path: str = "auto",
+) -> RankSortLossTerms:
+    """:func:`rank_sort_loss_indexed` of every set of ``sets`` (their ``positive_values``: the positives' targets).
+
+    The (S,) fields hold every set's values, each set ranked alone, all sets in one call
+    (:mod:`alrp_d2.losses.segmented_path`; ``path`` as for :func:`rank_sort_loss_indexed`).
+    """
+    check_hyperparameters(delta, eps, unit_step=True)
+    inputs = RankingInputs.of_sets(sets, group, path)
+    return _rank_sort_loss(inputs, set_values(sets, "targets"), delta, eps)
 
 
 def rank_sort_loss_terms(
@@ -162,7 +180,7 @@ def _errors_and_sorting_update(
     ranking_errors = num_false_positives / (rank_positive + num_false_positives)
     sorting_errors = (at_least * smaller_weighted - at_least_weighted * smaller) / (rank_positive * at_least)
 
-    normaliser = ranking.num_positives
+    normaliser = ranking.reduction.normaliser
     active = smaller > eps
     distributed = torch.where(active, sorting_errors / smaller.clamp_min(eps), 0.0) / normaliser
     sorting_update = relations.larger_target_source_sums(distributed.unsqueeze(1)).squeeze(1)

@@ -3,7 +3,7 @@ indices and a validity mask, not validated) or from the label API (validated onc
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple, Optional, TypeVar
+from typing import Callable, NamedTuple, Optional, Sequence, TypeVar
 
 import torch
 from torch import Tensor
@@ -13,10 +13,59 @@ from .global_ranking import PositiveExchange, RankingGroup, exchange_checked
 from .input_checks import check_rank_sort_inputs, check_ranking_inputs
 from .ranking_path import RankingPath, choose_path
 from .relation_sums import PositiveRanking
+from .segmented_path import SegmentedPath
+from .serial_indexing import take_rows
+from .set_layout import SetLayout
 
-__all__ = ["RankingInputs"]
+__all__ = ["RankingInputs", "RankingSet", "set_values"]
 
-Terms = TypeVar("Terms")
+Terms = TypeVar("Terms", bound=tuple)
+
+
+class RankingSet(NamedTuple):
+    """One set of a segmented ranking (e.g. one decoder layer's predictions of a DETR step), as the index API
+    takes a ranking.
+
+    Attributes:
+        logits: the set's scores, of any shape (e.g. (B, Q, C)).
+        positive_index: (P_s,) distinct indices of its positives into its flattened logits.
+        positive_values: (P_s,) the positives' E_loc (aLRP Loss) or targets (Rank & Sort Loss), in the order of
+            ``positive_index``; None for AP Loss.
+        valid: None, or a bool tensor broadcastable to ``logits.shape``, False for ignored examples.
+    """
+
+    logits: Tensor
+    positive_index: Tensor
+    positive_values: Optional[Tensor] = None
+    valid: Optional[Tensor] = None
+
+    def values(self) -> Tensor:
+        """The ``positive_values``, which the caller has checked (:func:`set_values`)."""
+        if self.positive_values is None:
+            raise ValueError("this set has no positive_values")
+        return self.positive_values
+
+
+def set_values(sets: Sequence[RankingSet], name: str) -> Tensor:
+    """The ``positive_values`` of all sets one after the other; a ValueError naming the set without them."""
+    missing = [index for index, ranking_set in enumerate(sets) if ranking_set.positive_values is None]
+    if missing:
+        raise ValueError(f"every set needs its positives' {name} (positive_values); set(s) {missing} have none")
+    return torch.cat([ranking_set.values() for ranking_set in sets])
+
+
+def _flat_valid(sets: Sequence[RankingSet]) -> Optional[Tensor]:
+    """The validity of the flattened logits of all sets; None when no set ignores an entry."""
+    if all(ranking_set.valid is None for ranking_set in sets):
+        return None
+    return torch.cat(
+        [
+            torch.ones(s.logits.numel(), dtype=torch.bool, device=s.logits.device)
+            if s.valid is None
+            else s.valid.expand(s.logits.shape).reshape(-1)
+            for s in sets
+        ]
+    )
 
 
 class RankingInputs(NamedTuple):
@@ -44,6 +93,22 @@ class RankingInputs(NamedTuple):
         chosen = choose_path(path, logits.device)
         num_positives, exchange = exchange_checked(lambda: positive_index.numel(), logits.device, group)
         return RankingInputs(logits, positive_index, valid, num_positives, exchange, chosen)
+
+    @staticmethod
+    def of_sets(sets: Sequence[RankingSet], group: Optional[RankingGroup], path: str) -> RankingInputs:
+        """The index API for several sets ranked in one call, each on its own
+        (:mod:`alrp_d2.losses.segmented_path`): their logits flattened one after the other."""
+        if not sets:
+            raise ValueError("a segmented ranking needs at least one set")
+        device = sets[0].logits.device
+        logits = torch.cat([ranking_set.logits.reshape(-1) for ranking_set in sets])
+        positive_counts = [ranking_set.positive_index.numel() for ranking_set in sets]
+        layout = SetLayout.of([ranking_set.logits.numel() for ranking_set in sets], positive_counts, device)
+        positive_index = torch.cat([ranking_set.positive_index.reshape(-1) for ranking_set in sets])
+        positive_index = positive_index + take_rows(layout.table[2], layout.positive_sets)
+        num_positives, exchange = exchange_checked(lambda: sum(positive_counts), device, group)
+        chosen = SegmentedPath(layout, choose_path(path, device))
+        return RankingInputs(logits, positive_index, _flat_valid(sets), num_positives, exchange, chosen)
 
     @staticmethod
     def labelled(
@@ -83,10 +148,10 @@ class RankingInputs(NamedTuple):
         from_ranking: Callable[[PositiveRanking], Terms],
     ) -> Terms:
         """What every ranking loss does with its inputs: ``without_positives(zero)`` when no worker has a
-        positive (``zero``: a scalar of the output dtype, connected to the logits), otherwise
+        positive (``zero``: the loss of every ranking, 0 of the output dtype, connected to the logits), otherwise
         ``from_ranking(self.rank(delta, positive_values))`` with autocast off (float64 relation sums)."""
         logits = self.logits
         if self.num_positives == 0:
-            return without_positives(zero_connected(logits, output_dtype(logits)))
+            return without_positives(self.path.zeros(zero_connected(logits, output_dtype(logits))))
         with torch.autocast(device_type=logits.device.type, enabled=False):
             return from_ranking(self.rank(delta, positive_values))

@@ -19,7 +19,7 @@ argument, ``path="auto"`` by default: ``scan`` on the CPU, ``dense`` on every ot
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import NamedTuple, Optional, Protocol, Tuple
+from typing import TYPE_CHECKING, NamedTuple, Optional, Protocol, Tuple
 
 import torch
 from torch import Tensor
@@ -27,7 +27,11 @@ from torch import Tensor
 from .band_edges import BandEdges
 from .dense_relations import DenseEdges
 from .negative_scan import DenseNegatives, ScanNegatives
+from .ranking_reduction import Reduction, WholeRanking
 from .sorted_positives import SortedPositives
+
+if TYPE_CHECKING:
+    from .global_ranking import PositiveExchange
 
 __all__ = [
     "PATHS",
@@ -36,6 +40,7 @@ __all__ = [
     "RankingEdges",
     "RankingNegatives",
     "RankingPath",
+    "RankingRequest",
     "ScanPath",
     "SortingSums",
     "check_path",
@@ -84,13 +89,29 @@ class RankingNegatives(Protocol):
     def relation_sums(self, coefficients: Tensor, dtype: torch.dtype) -> Tensor: ...
 
 
-class PathRelations(NamedTuple):
-    """The positives' edges, the negatives and the negatives' (2, num_gaps) gap totals (their count and sum of
-    scores, on the edges' scale, per gap)."""
+class RankingRequest(NamedTuple):
+    """What a path relates: the (M,) ``flat`` logits, the ``positive_index`` of this worker's positives, ``valid``
+    (None or (M,) bool, False for the ignored entries), the smoothness ``delta``, the ``exchange`` of a global
+    ranking (None: this worker's examples) and per-positive ``positive_values`` gathered with the scores in a global
+    ranking (None: none)."""
 
+    flat: Tensor
+    positive_index: Tensor
+    valid: Optional[Tensor]
+    delta: float
+    exchange: Optional[PositiveExchange]
+    positive_values: Optional[Tensor]
+
+
+class PathRelations(NamedTuple):
+    """The sorted positives, their edges, the negatives, the negatives' (2, num_gaps) gap totals (their count and
+    sum of scores, on the edges' scale, per gap) and how the ranking's losses reduce over the positives."""
+
+    positives: SortedPositives
     edges: RankingEdges
     negatives: RankingNegatives
     negative_totals: Tensor
+    reduction: Reduction
 
 
 class RankingPath(ABC):
@@ -99,9 +120,13 @@ class RankingPath(ABC):
     name: str
 
     @abstractmethod
-    def relate(self, positives: SortedPositives, flat: Tensor, valid: Optional[Tensor], delta: float) -> PathRelations:
-        """The band edges of the sorted ``positives``, the negatives of the (M,) ``flat`` logits (``valid``: None
-        or (M,) bool, False for the ignored entries) and their gap totals, in one pass over the logits."""
+    def relate(self, request: RankingRequest) -> PathRelations:
+        """Sorts the positives of the request (of all workers with an exchange, their values gathered with them),
+        builds their band edges and finds the negatives and their gap totals in one pass over the logits."""
+
+    def zeros(self, zero: Tensor) -> Tensor:
+        """The losses of a call without positives, from a connected 0-d ``zero``: one ranking's."""
+        return zero
 
 
 class ScanPath(RankingPath):
@@ -109,12 +134,14 @@ class ScanPath(RankingPath):
 
     name = "scan"
 
-    def relate(self, positives: SortedPositives, flat: Tensor, valid: Optional[Tensor], delta: float) -> PathRelations:
+    def relate(self, request: RankingRequest) -> PathRelations:
+        flat, positive_index, valid, delta, exchange, positive_values = request
+        positives = SortedPositives.of(flat, positive_index, exchange, positive_values)
         # The shift by the smallest score leaves every x_ij unchanged and keeps the prefix sums small.
         offset = positives.scores[0]
         edges = BandEdges.of(positives.scores - offset, delta)
         negatives, totals = ScanNegatives.scan(flat, valid, positives.flat_index, offset, edges)
-        return PathRelations(edges, negatives, totals)
+        return PathRelations(positives, edges, negatives, totals, WholeRanking(positives.scores.numel()))
 
 
 class DensePath(RankingPath):
@@ -122,10 +149,12 @@ class DensePath(RankingPath):
 
     name = "dense"
 
-    def relate(self, positives: SortedPositives, flat: Tensor, valid: Optional[Tensor], delta: float) -> PathRelations:
+    def relate(self, request: RankingRequest) -> PathRelations:
+        flat, positive_index, valid, delta, exchange, positive_values = request
+        positives = SortedPositives.of(flat, positive_index, exchange, positive_values)
         edges = DenseEdges.of(positives.scores, delta)
         negatives, totals = DenseNegatives.scan(flat, valid, positives.flat_index, positives.local_scores(), edges)
-        return PathRelations(edges, negatives, totals)
+        return PathRelations(positives, edges, negatives, totals, WholeRanking(positives.scores.numel()))
 
 
 _PATHS = {"scan": ScanPath(), "dense": DensePath()}

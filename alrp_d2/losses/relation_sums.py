@@ -42,12 +42,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
-from .ranking_path import RankingEdges, RankingNegatives, RankingPath
+from .ranking_path import RankingEdges, RankingNegatives, RankingPath, RankingRequest
+from .ranking_reduction import Reduction
 from .serial_indexing import take_rows
-from .sorted_positives import SortedPositives
 
 if TYPE_CHECKING:
     from .global_ranking import PositiveExchange
@@ -77,6 +76,7 @@ class PositiveRanking:
             global ranking, in the concatenation of all workers' positives in worker order.
         positive_scores: (P,) the sorted scores (shifted on the ``scan`` path).
         path: the implementation that related the positives to each other and to the negatives.
+        reduction: how the losses reduce over the positives (one ranking, or each of several sets).
         negatives: this worker's negatives: every entry of the logits that is neither positive
             nor ignored (those below every band edge, App. E line 8, lie in gap 0 and add nothing).
         edges: the band edges of the positives (the path's: they also build Rank & Sort Loss's sorting relations).
@@ -96,6 +96,7 @@ class PositiveRanking:
     positive_order: Tensor
     positive_scores: Tensor
     path: RankingPath
+    reduction: Reduction
     negatives: RankingNegatives
     edges: RankingEdges
     negative_totals: Tensor
@@ -137,10 +138,11 @@ class PositiveRanking:
         """
         logits = logits.detach()
         flat = logits.reshape(-1)
-        positives = SortedPositives.of(flat, positive_index, exchange, positive_values)
         if valid is not None:
             valid = valid.expand(logits.shape).reshape(-1)
-        edges, negatives, negative_totals = path.relate(positives, flat, valid, delta)
+        positives, edges, negatives, negative_totals, reduction = path.relate(
+            RankingRequest(flat, positive_index, valid, delta, exchange, positive_values)
+        )
         # N_FP needs every worker's negatives: their gap totals are summed over the workers.
         if exchange is not None:
             negative_totals = exchange.all_reduce_sum(negative_totals)
@@ -152,6 +154,7 @@ class PositiveRanking:
             positive_order=positives.order,
             positive_scores=edges.scores,
             path=path,
+            reduction=reduction,
             negatives=negatives,
             edges=edges,
             negative_totals=negative_totals,
@@ -180,10 +183,6 @@ class PositiveRanking:
             gathered = self.exchange.gather(values.detach().double().unsqueeze(1)).squeeze(1)
         return take_rows(self.exchange.with_local(gathered, values), self.positive_order)
 
-    @property
-    def num_positives(self) -> int:
-        return self.positive_scores.numel()
-
     def positive_relation_sum(self, weights: Tensor) -> Tensor:
         """``sum_{k in P, k != i} w_k H(x_ik)`` for every sorted positive ``i`` (the self term
         H(0) is removed)."""
@@ -206,14 +205,12 @@ class PositiveRanking:
         return self.negatives.relation_sums(coefficients, dtype)
 
     def negative_relation_total(self, coefficients: Tensor) -> Tensor:
-        """0-d float64: ``sum_j sum_{i in P} w_i H(x_ij)`` over the negatives (of all workers in a global
-        ranking) from the :meth:`negative_coefficients` of ``w`` and the gap totals (no pass over the logits):
+        """``sum_j sum_{i in P} w_i H(x_ij)`` over the negatives (of all workers in a global ranking) from the
+        :meth:`negative_coefficients` of ``w`` and the gap totals (no pass over the logits), per ranking:
         ``sum_g A[g] count[g] + B[g] (sum of v in g)``."""
-        return torch.dot(coefficients.reshape(-1), self.negative_totals[: len(coefficients)].reshape(-1))
+        return self.reduction.gap_total(coefficients, self.negative_totals)
 
     def at_or_below_sums(self, values: Tensor) -> Tensor:
         """``sum_{k in P, s_k <= s_i} v_k`` for every sorted positive ``i``: tied positives count together (the
         unit step H(x) = [x >= 0] of App. E line 14)."""
-        scores = self.positive_scores
-        prefix = F.pad(torch.cumsum(values, 0), (1, 0))
-        return take_rows(prefix, torch.searchsorted(scores, scores, right=True))
+        return self.reduction.at_or_below_sums(self.positive_scores, values)

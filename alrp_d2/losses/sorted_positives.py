@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple, Optional
+from typing import TYPE_CHECKING, List, NamedTuple, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -13,7 +13,21 @@ from .serial_indexing import take_rows
 if TYPE_CHECKING:
     from .global_ranking import PositiveExchange
 
-__all__ = ["SortedPositives"]
+__all__ = ["SortedPositives", "gathered_columns"]
+
+
+def gathered_columns(
+    flat: Tensor, positive_index: Tensor, exchange: Optional[PositiveExchange], *columns: Optional[Tensor]
+) -> Tuple[Tensor, List[Tensor]]:
+    """The float64 scores of the positives of the (M,) ``flat`` logits and, in a global ranking, those of every
+    worker with the (detached, float64) per-positive ``columns`` given (None: left out); without an exchange,
+    this worker's scores and no column."""
+    scores = take_rows(flat, positive_index).double()
+    if exchange is None:
+        return scores, []
+    given = [column.detach().double() for column in columns if column is not None]
+    gathered = exchange.gather(torch.stack([scores, *given], 1))
+    return gathered[:, 0], list(gathered[:, 1:].unbind(1))
 
 
 class SortedPositives(NamedTuple):
@@ -35,14 +49,21 @@ class SortedPositives(NamedTuple):
     ) -> SortedPositives:
         """Gathers the scores of the (M,) ``flat`` logits (with the ``positive_values`` in a global ranking) and
         sorts them."""
-        scores = take_rows(flat, positive_index).double()
-        local_slot = gathered_values = None
-        if exchange is not None:
-            columns = [scores] if positive_values is None else [scores, positive_values.detach().double()]
-            gathered = exchange.gather(torch.stack(columns, 1))
-            scores = gathered[:, 0]
-            gathered_values = None if positive_values is None else gathered[:, 1]
+        scores, gathered = gathered_columns(flat, positive_index, exchange, positive_values)
         sorted_scores, order = torch.sort(scores)
+        gathered_values = gathered[-1] if gathered else None
+        return SortedPositives.ordered(positive_index, exchange, order, sorted_scores, gathered_values)
+
+    @staticmethod
+    def ordered(
+        positive_index: Tensor,
+        exchange: Optional[PositiveExchange],
+        order: Tensor,
+        sorted_scores: Tensor,
+        gathered_values: Optional[Tensor],
+    ) -> SortedPositives:
+        """The positives in the sorted ``order`` (of all workers' positives in a global ranking)."""
+        local_slot = None
         if exchange is None:
             positive_index = take_rows(positive_index, order)
         else:
