@@ -1,0 +1,55 @@
+"""Float32 tolerances of the exactness tests that compare two computations of different shape or order (workers
+against one process, the global against the per-worker ranking), derived from the run itself.
+
+A float32 convolution or sum over one batch of 4 and over two batches of 2 takes different kernels and summation
+orders on different CPUs, so a float32 tolerance measured on one CPU says nothing about another. Instead each side of
+the comparison is also computed in float64 (model and inputs ``.double()``). If ``a64 == b64`` up to float64
+rounding, the triangle inequality bounds the float32 difference by the two sides' own float32 errors:
+``|a32 - b32| <= |a32 - a64| + |a64 - b64| + |b64 - b32|``. ``float32_tolerance`` is ``FLOAT32_FACTOR`` times the
+larger of those errors, measured on this CPU in this run: 2 for the two terms, doubled for the float32 steps
+that detectron2 keeps in a float64 model (box decoding casts the deltas to float32), which make ``|a64 - b64|`` a
+float32 rounding too. Each such test has a twin that breaks the computation on purpose (a worker's gradient term
+dropped) and asserts with ``assert_fails_by`` that it exceeds that tolerance by ``FAILS_BY`` at least.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Optional, Tuple
+
+import torch
+
+#: The float32 tolerance in units of the largest float32-from-float64 distance of the sides (see the module).
+FLOAT32_FACTOR = 4.0
+#: A deliberately broken computation differs by at least this many tolerances: a real error is not rounding.
+FAILS_BY = 1e4
+
+
+def float32_tolerance(sides: Iterable[Tuple[torch.Tensor, torch.Tensor]]) -> float:
+    """``FLOAT32_FACTOR`` times the largest distance of a side's float32 result from its float64 result, over
+    ``sides`` of (float32, float64) results of the same computation; at least the float32 epsilon of the largest
+    entry (no float32 result is closer to the exact one than its own rounding)."""
+    distance, scale = 0.0, 0.0
+    for low, high in sides:
+        if low.dtype != torch.float32 or high.dtype != torch.float64:
+            raise TypeError(f"expected (float32, float64) results of one computation, got ({low.dtype}, {high.dtype})")
+        if low.numel():
+            distance = max(distance, (low.double() - high).abs().max().item())
+            scale = max(scale, high.abs().max().item())
+    return FLOAT32_FACTOR * max(distance, torch.finfo(torch.float32).eps * scale)
+
+
+def assert_close_within(actual: torch.Tensor, expected: torch.Tensor, atol: float, msg: Optional[str] = None) -> None:
+    """Every entry of ``actual`` within ``atol`` of ``expected`` (a derived tolerance: no relative part)."""
+    torch.testing.assert_close(actual, expected, rtol=0, atol=atol, msg=msg)
+
+
+def difference_in_tolerances(actual: torch.Tensor, expected: torch.Tensor, atol: float) -> float:
+    """The largest difference of ``actual`` from ``expected`` in units of ``atol``."""
+    difference = (actual.double() - expected.double()).abs().max().item() if expected.numel() else 0.0
+    return difference / atol if atol else (float("inf") if difference else 0.0)
+
+
+def assert_fails_by(ratio: float, what: str) -> None:
+    """A broken twin's largest ``difference_in_tolerances`` is at least ``FAILS_BY``: the exactness test it mirrors
+    fails by orders of magnitude, not by a rounding accident."""
+    assert ratio >= FAILS_BY, f"{what}: the broken computation differs by only {ratio:.3g} tolerances"
