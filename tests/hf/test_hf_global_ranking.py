@@ -1,6 +1,7 @@
 """HF's DETR losses normalise by each worker's own box count; a model switched by ``use_ranking_loss`` ranks and
 normalises over all workers. On 2 gloo workers, each with one image (2 and 1 objects), every worker's loss terms equal
-one process's on both images, and the workers' gradients, averaged as DDP does, equal its gradients:
+one process's on both images, and the workers' gradients, averaged as DDP does, equal its gradients (in float64:
+tests/float64_tolerance.py):
 
 * two-stage Deformable-DETR end to end (the parameters' gradients), in eval mode so that an image's predictions do
   not depend on the other images of its batch (BatchNorm's running statistics);
@@ -19,6 +20,7 @@ import torch.distributed as dist
 from alrp_d2.detr import use_ranking_loss
 
 from ..distributed_cases import spawn_workers
+from ..float64_tolerance import FLOAT64_TOLERANCE
 from .tiny_detrs import fixed_batch, seeded_forward, tiny_detr
 
 WORLD_SIZE = 2
@@ -29,10 +31,16 @@ def own_part(batch: Dict[str, Any], rank: int) -> Dict[str, Any]:
     return {"pixel_values": batch["pixel_values"][rank : rank + 1], "labels": batch["labels"][rank : rank + 1]}
 
 
+def in_float64(batch: Dict[str, Any]) -> Dict[str, Any]:
+    """``batch`` with float64 pixels and boxes."""
+    labels = [{**label, "boxes": label["boxes"].double()} for label in batch["labels"]]
+    return {"pixel_values": batch["pixel_values"].double(), "labels": labels}
+
+
 def deformable_detr_result(batch: Dict[str, Any]) -> Dict[str, torch.Tensor]:
-    """The loss terms of ``batch`` and the parameters' gradients of the tiny two-stage Deformable-DETR."""
-    model = use_ranking_loss(tiny_detr("deformable_detr_two_stage"), "RankSortCriterion").eval()
-    outputs = model(**batch)
+    """The loss terms of ``batch`` and the parameters' gradients of the tiny two-stage Deformable-DETR (float64)."""
+    model = use_ranking_loss(tiny_detr("deformable_detr_two_stage"), "RankSortCriterion").eval().double()
+    outputs = model(**in_float64(batch))
     outputs.loss.backward()
     gradients = {f"grad.{n}": p.grad for n, p in model.named_parameters() if p.grad is not None}
     return {"loss": outputs.loss.detach(), **{k: v.detach() for k, v in outputs.loss_dict.items()}, **gradients}
@@ -55,10 +63,10 @@ def rt_detr_outputs() -> Dict[str, Any]:
 def rt_detr_result(outputs: Dict[str, Any], images: slice) -> Dict[str, torch.Tensor]:
     """RT-DETR's loss terms on ``images`` of ``outputs`` and their gradients."""
     model = use_ranking_loss(tiny_detr("rt_detr"), "RankSortCriterion")
-    leaves = {name: outputs[name][images].clone().requires_grad_(True) for name in OUTPUTS}
+    leaves = {name: outputs[name][images].double().requires_grad_(True) for name in OUTPUTS}
     meta = outputs["denoising_meta_values"]
     meta = {**meta, "dn_positive_idx": meta["dn_positive_idx"][images]}
-    labels = fixed_batch(WORLD_SIZE)["labels"][images]
+    labels = in_float64(fixed_batch(WORLD_SIZE))["labels"][images]
     last_logits, last_boxes = leaves["outputs_class"][:, -1], leaves["outputs_coord"][:, -1]
     loss, loss_dict, _ = model.loss_function(
         last_logits, labels, model.device, last_boxes, model.config, **leaves, denoising_meta_values=meta
@@ -75,7 +83,7 @@ def assert_equal(result: Dict[str, torch.Tensor], expected: Dict[str, torch.Tens
     assert result.keys() == expected.keys(), (model, sorted(result.keys() ^ expected.keys()))
     for key, value in result.items():
         torch.testing.assert_close(
-            value, expected[key], rtol=1e-4, atol=1e-6, msg=lambda message, key=key: f"{model} {key}: {message}"
+            value, expected[key], **FLOAT64_TOLERANCE, msg=lambda message, key=key: f"{model} {key}: {message}"
         )
 
 
