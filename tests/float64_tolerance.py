@@ -14,18 +14,27 @@ dropped) and asserts with ``assert_fails_by`` that it exceeds that tolerance by 
 
 from __future__ import annotations
 
-from typing import Iterable, Optional, Tuple
+from typing import Any, Iterable, Optional, Tuple
 
 import torch
 
-#: Of two float64 computations (model and inputs ``.double()``), for entries of order 1: float64 rounding (1.1e-16)
-#: grown by a tiny network's depth and sums stays far below (measured: 9.4e-16 for gradients up to 9.1, the HF DETRs
-#: of tests/hf/test_hf_global_ranking.py), float32 rounding (1.2e-7) and any real difference far above.
-FLOAT64_TOLERANCE = {"rtol": 1e-9, "atol": 1e-12}
+#: Of two float64 computations (model and inputs ``.double()``), relative to the entries and, absolute, to the size of
+#: the largest: float64 rounding (1.1e-16) grown by a tiny network's depth and sums stays far below (measured: 9.4e-16
+#: for gradients up to 9.1, the HF DETRs of tests/hf/test_hf_global_ranking.py), float32 rounding (1.2e-7) and any
+#: real difference far above.
+FLOAT64_RTOL, FLOAT64_ATOL = 1e-9, 1e-12
 #: The float32 tolerance in units of the largest float32-from-float64 distance of the sides (see the module).
 FLOAT32_FACTOR = 4.0
 #: A deliberately broken computation differs by at least this many tolerances: a real error is not rounding.
 FAILS_BY = 1e4
+
+
+def assert_close_float64(actual: torch.Tensor, expected: torch.Tensor, scale: float = 1.0, msg: Any = None) -> None:
+    """``actual`` equals ``expected`` up to float64 rounding: ``FLOAT64_RTOL`` relative, ``FLOAT64_ATOL * scale``
+    absolute (``scale``: the size of the largest entries; 1 for losses and gradients)."""
+    if actual.dtype != torch.float64 or expected.dtype != torch.float64:
+        raise TypeError(f"expected two float64 results, got {actual.dtype} and {expected.dtype}")
+    torch.testing.assert_close(actual, expected, rtol=FLOAT64_RTOL, atol=FLOAT64_ATOL * scale, msg=msg)
 
 
 def float32_tolerance(sides: Iterable[Tuple[torch.Tensor, torch.Tensor]]) -> float:

@@ -20,7 +20,7 @@ import torch.distributed as dist
 from alrp_d2.detr import use_ranking_loss
 
 from ..distributed_cases import spawn_workers
-from ..float64_tolerance import FLOAT64_TOLERANCE
+from ..float64_tolerance import assert_close_float64
 from .tiny_detrs import fixed_batch, seeded_forward, tiny_detr
 
 WORLD_SIZE = 2
@@ -82,9 +82,7 @@ def rt_detr_result(outputs: Dict[str, Any], images: slice) -> Dict[str, torch.Te
 def assert_equal(result: Dict[str, torch.Tensor], expected: Dict[str, torch.Tensor], model: str) -> None:
     assert result.keys() == expected.keys(), (model, sorted(result.keys() ^ expected.keys()))
     for key, value in result.items():
-        torch.testing.assert_close(
-            value, expected[key], **FLOAT64_TOLERANCE, msg=lambda message, key=key: f"{model} {key}: {message}"
-        )
+        assert_close_float64(value, expected[key], msg=lambda message, key=key: f"{model} {key}: {message}")
 
 
 def worker(rank: int, world_size: int, expected: Dict[str, Dict[str, torch.Tensor]], outputs: Dict[str, Any]) -> None:
