@@ -1,15 +1,21 @@
-"""Float32 tolerances of the exactness tests that compare two computations of different shape or order (workers
-against one process, the global against the per-worker ranking), derived from the run itself.
+"""Tolerances of the exactness tests that compare two computations of different shape or order (workers against one
+process, the global against the per-worker ranking, two networks that normalise in different orders): the same on
+every CPU.
 
 A float32 convolution or sum over one batch of 4 and over two batches of 2 takes different kernels and summation
-orders on different CPUs, so a float32 tolerance measured on one CPU says nothing about another. Instead each side of
-the comparison is also computed in float64 (model and inputs ``.double()``). If ``a64 == b64`` up to float64
-rounding, the triangle inequality bounds the float32 difference by the two sides' own float32 errors:
-``|a32 - b32| <= |a32 - a64| + |a64 - b64| + |b64 - b32|``. ``float32_tolerance`` is ``FLOAT32_FACTOR`` times the
-larger of those errors, measured on this CPU in this run: 2 for the two terms, doubled for the float32 steps
-that detectron2 keeps in a float64 model (box decoding casts the deltas to float32), which make ``|a64 - b64|`` a
-float32 rounding too. Each such test has a twin that breaks the computation on purpose (a worker's gradient term
-dropped) and asserts with ``assert_fails_by`` that it exceeds that tolerance by ``FAILS_BY`` at least.
+orders on different CPUs, so a float32 tolerance measured on one CPU says nothing about another. Such a test either
+
+* compares in float64 (model and inputs ``.double()``) with ``assert_close_float64``: float64 rounding stays orders
+  of magnitude below float32 rounding and any real difference; or
+* compares in float32 within ``float32_tolerance``, derived from the run: each side is also computed in float64, and
+  if ``a64 == b64`` up to rounding, the triangle inequality bounds the float32 difference by the two sides' own
+  float32 errors, ``|a32 - b32| <= |a32 - a64| + |a64 - b64| + |b64 - b32|``. ``FLOAT32_FACTOR`` is 2 for the two
+  terms, doubled for the float32 steps that a float64 detector keeps (detectron2's box decoding casts the deltas to
+  float32; alrp_d2's Rank & Sort score weights and mask dice losses are float32), which make ``|a64 - b64|`` a
+  float32 rounding too.
+
+Each such test has a twin that breaks the computation on purpose (e.g. a worker's gradient term dropped) and asserts
+with ``assert_fails_by`` that it exceeds the tolerance by ``FAILS_BY`` at least.
 """
 
 from __future__ import annotations
