@@ -128,9 +128,10 @@ def test_resume_restores_and_reproduces_self_balance(kind, shapes_root, tmp_path
     assert resumed.start_iter == 3
     assert self_balance_hook(resumed).state_dict() == saved_state
     resumed.train()
-    assert loc_weights(resumed) == pytest.approx(final_weights, rel=1e-5)
+    # The same kernels in the same order in one process: bit for bit.
+    assert loc_weights(resumed) == final_weights
     for name, sums in self_balance_hook(resumed).state_dict()["sums"].items():
-        assert sums == pytest.approx(final_state["sums"][name], rel=1e-5)
+        assert sums == final_state["sums"][name]
 
     with open(os.path.join(uninterrupted_dir, "metrics.json")) as f:
         logged = [json.loads(line) for line in f]

@@ -1,6 +1,7 @@
 """HF's DETR losses normalise by each worker's own box count; a model switched by ``use_ranking_loss`` ranks and
 normalises over all workers. On 2 gloo workers, each with one image (2 and 1 objects), every worker's loss terms equal
-one process's on both images, and the workers' gradients, averaged as DDP does, equal its gradients:
+one process's on both images, and the workers' gradients, averaged as DDP does, equal its gradients (in float64:
+tests/float64_tolerance.py):
 
 * two-stage Deformable-DETR end to end (the parameters' gradients), in eval mode so that an image's predictions do
   not depend on the other images of its batch (BatchNorm's running statistics);
@@ -21,6 +22,7 @@ import torch.distributed as dist
 from alrp_d2.detr import set_prediction_criterion, use_ranking_loss
 
 from ..distributed_cases import spawn_workers
+from ..float64_tolerance import assert_close_float64
 from .tiny_detrs import fixed_batch, seeded_forward, tiny_detr
 
 WORLD_SIZE = 2
@@ -31,12 +33,19 @@ def own_part(batch: Dict[str, Any], rank: int) -> Dict[str, Any]:
     return {"pixel_values": batch["pixel_values"][rank : rank + 1], "labels": batch["labels"][rank : rank + 1]}
 
 
+def in_float64(batch: Dict[str, Any]) -> Dict[str, Any]:
+    """``batch`` with float64 pixels and boxes."""
+    labels = [{**label, "boxes": label["boxes"].double()} for label in batch["labels"]]
+    return {"pixel_values": batch["pixel_values"].double(), "labels": labels}
+
+
 def deformable_detr_result(batch: Dict[str, Any]) -> Dict[str, torch.Tensor]:
-    """The loss terms of ``batch`` and the parameters' gradients of the tiny two-stage Deformable-DETR."""
+    """The loss terms of ``batch`` and the parameters' gradients of the tiny two-stage Deformable-DETR (float64)."""
     model = use_ranking_loss(
         tiny_detr("deformable_detr_two_stage"), set_prediction_criterion("RankSortCriterion"), ranking="global"
-    ).eval()
-    outputs = model(**batch)
+    )
+    model = model.eval().double()
+    outputs = model(**in_float64(batch))
     outputs.loss.backward()
     gradients = {f"grad.{n}": p.grad for n, p in model.named_parameters() if p.grad is not None}
     return {"loss": outputs.loss.detach(), **{k: v.detach() for k, v in outputs.loss_dict.items()}, **gradients}
@@ -45,9 +54,9 @@ def deformable_detr_result(batch: Dict[str, Any]) -> Dict[str, torch.Tensor]:
 def d_fine_ranking_terms(batch: Dict[str, Any]) -> Dict[str, torch.Tensor]:
     """The ranking terms of ``batch`` of the tiny D-FINE trained with its own box terms and a global ranking."""
     criterion = set_prediction_criterion("RankSortCriterion")
-    model = use_ranking_loss(tiny_detr("d_fine"), criterion, box_terms="model", ranking="global").eval()
+    model = use_ranking_loss(tiny_detr("d_fine"), criterion, box_terms="model", ranking="global").eval().double()
     with torch.no_grad():
-        outputs = model(**batch)
+        outputs = model(**in_float64(batch))
     return {key: value for key, value in outputs.loss_dict.items() if key.startswith("loss_rank")}
 
 
@@ -68,10 +77,10 @@ def rt_detr_outputs() -> Dict[str, Any]:
 def rt_detr_result(outputs: Dict[str, Any], images: slice) -> Dict[str, torch.Tensor]:
     """RT-DETR's loss terms on ``images`` of ``outputs`` and their gradients."""
     model = use_ranking_loss(tiny_detr("rt_detr"), set_prediction_criterion("RankSortCriterion"), ranking="global")
-    leaves = {name: outputs[name][images].clone().requires_grad_(True) for name in OUTPUTS}
+    leaves = {name: outputs[name][images].double().requires_grad_(True) for name in OUTPUTS}
     meta = outputs["denoising_meta_values"]
     meta = {**meta, "dn_positive_idx": meta["dn_positive_idx"][images]}
-    labels = fixed_batch(WORLD_SIZE)["labels"][images]
+    labels = in_float64(fixed_batch(WORLD_SIZE))["labels"][images]
     last_logits, last_boxes = leaves["outputs_class"][:, -1], leaves["outputs_coord"][:, -1]
     loss, loss_dict, _ = model.loss_function(
         last_logits, labels, model.device, last_boxes, model.config, **leaves, denoising_meta_values=meta
@@ -87,12 +96,7 @@ def rt_detr_result(outputs: Dict[str, Any], images: slice) -> Dict[str, torch.Te
 def assert_equal(result: Dict[str, torch.Tensor], expected: Dict[str, torch.Tensor], model: str) -> None:
     assert result.keys() == expected.keys(), (model, sorted(result.keys() ^ expected.keys()))
     for key, value in result.items():
-        # A parameter's gradient passes the network's float32 backward, whose sums over the images run in another
-        # order in one process on two images than on two workers of one: 2e-6 (1.1e-6 seen on a bias of ~4e-7).
-        atol = 2e-6 if key.startswith("grad.model.") else 1e-6
-        torch.testing.assert_close(
-            value, expected[key], rtol=1e-4, atol=atol, msg=lambda message, key=key: f"{model} {key}: {message}"
-        )
+        assert_close_float64(value, expected[key], msg=lambda message, key=key: f"{model} {key}: {message}")
 
 
 def worker(rank: int, world_size: int, expected: Dict[str, Dict[str, torch.Tensor]], outputs: Dict[str, Any]) -> None:
