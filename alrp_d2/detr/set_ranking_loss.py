@@ -5,7 +5,8 @@ The matched (query, class) pairs are the positives of one ranking of the layer's
 queries alike). A ranking criterion ranks them, as a head's criterion (its output checked, its statistics recorded,
 its ``loc_factor`` honoured); the matched boxes add L1 and GIoU terms (fixed weights, or each rescaled to the ranking
 loss's value as BRS-DETR does), the criterion's own localisation loss, or nothing (the model's own box terms,
-:func:`alrp_d2.detr.use_ranking_loss`).
+:func:`alrp_d2.detr.use_ranking_loss`). All sets of a training step (the decoder layers, the denoising sets, the
+encoder's proposals) are ranked in one criterion call (:meth:`SetRankingLoss.forward_sets`), each on its own.
 """
 
 from __future__ import annotations
