@@ -48,8 +48,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from alrp_d2 import losses as our_losses  # noqa: E402
-from alrp_d2.detr import SetRankingLoss, set_prediction_criterion  # noqa: E402
-from alrp_d2.detr.set_ranking_loss import MatchedSet  # noqa: E402
+from alrp_d2.detr import MatchedSet, SetRankingLoss, set_prediction_criterion  # noqa: E402
 from alrp_d2.losses.ranking_path import PATHS  # noqa: E402
 from benchmarks.reference_losses import load_previous  # noqa: E402
 

@@ -10,8 +10,7 @@ import torch
 from torch import Tensor
 
 from alrp_d2.criteria import RankingCriterion
-from alrp_d2.detr import SetRankingLoss, set_prediction_criterion
-from alrp_d2.detr.set_ranking_loss import MatchedSet
+from alrp_d2.detr import MatchedSet, SetRankingLoss, set_prediction_criterion
 
 from .detr_cases import Layer, make_layer
 
