@@ -18,8 +18,9 @@ negative is relevant). Every row computes the losses of all 13 layers and their 
 
 * ``match``: the 7 Hungarian matchings alone;
 * ``ours RS``: SetRankingLoss(set_prediction_criterion("RankSortCriterion")), box terms value-balanced
-  (BRS-DETR's choice);
-* ``ours aLRP``: SetRankingLoss(set_prediction_criterion("AlrpCriterion"), box_terms="own");
+  (BRS-DETR's choice), the 13 sets of the step in one ``forward_sets`` call as the DETR adapters rank them;
+* ``ours aLRP``: SetRankingLoss(set_prediction_criterion("AlrpCriterion"), box_terms="own"), in one call too;
+* ``... per set``: the same loss called set by set (``SetRankingLoss.forward``: one ranking call a set);
 * ``HF VFL``: ``RTDetrLoss.loss_labels_vfl`` and ``loss_boxes`` with RT-DETR's weights, the number of boxes as HF
   computes it; ``HF focal``: Deformable-DETR's (``DeformableDetrImageLoss``: focal loss, weights 2, 5, 2);
 * ``BRL RS``: BRS-DETR's per-layer loss with BRL's ``BucketedRankSort`` at delta 0.5 on the (B * Q * C) targets with
@@ -48,7 +49,7 @@ from torch import Tensor
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from alrp_d2.detr import SetRankingLoss, set_prediction_criterion  # noqa: E402
+from alrp_d2.detr import MatchedSet, SetRankingLoss, set_prediction_criterion  # noqa: E402
 from alrp_d2.detr.matched_queries import matched_queries, pair_box_losses  # noqa: E402
 from benchmarks.loss_speed import load_average, set_threads, synchronise  # noqa: E402
 from benchmarks.reference_losses import RANKING_LOSSES_FILE, load_reference  # noqa: E402
@@ -60,6 +61,9 @@ MAX_TARGETS = 20
 
 Indices = List[Tuple[Tensor, Tensor]]
 LayerLoss = Callable[[Tensor, Tensor, Indices, List[Dict[str, Tensor]], float], Tensor]
+#: One layer of a step: logits, boxes, matched indices, the number of boxes its loss normalises by.
+StepLayer = Tuple[Tensor, Tensor, Indices, float]
+StepLoss = Callable[[List[StepLayer], List[Dict[str, Tensor]]], Tensor]
 
 
 class Step(NamedTuple):
@@ -131,8 +135,19 @@ def hf_layer_loss(criterion, labels: str, weights: Dict[str, float]) -> LayerLos
     return loss
 
 
-def ours_layer_loss(module: SetRankingLoss) -> LayerLoss:
-    return lambda logits, boxes, indices, targets, num_boxes: sum(module(logits, boxes, indices, targets).values())
+def layer_by_layer(layer_loss: LayerLoss) -> StepLoss:
+    """The step's loss as the sum of ``layer_loss`` of every layer."""
+    return lambda layers, targets: sum(layer_loss(*layer[:3], targets, layer[3]) for layer in layers)
+
+
+def ours_step_loss(module: SetRankingLoss) -> StepLoss:
+    """The sum of the terms of every layer of the step, all ranked in one :meth:`SetRankingLoss.forward_sets`."""
+
+    def loss(layers: List[StepLayer], targets: List[Dict[str, Tensor]]) -> Tensor:
+        terms = module.forward_sets([MatchedSet(*layer[:3]) for layer in layers], targets)
+        return torch.stack([value for set_terms in terms for value in set_terms.values()]).sum()
+
+    return loss
 
 
 def brl_layer_loss(repo: str, device: str) -> LayerLoss:
@@ -152,21 +167,27 @@ def brl_layer_loss(repo: str, device: str) -> LayerLoss:
     return loss
 
 
-def step_runner(step: Step, layer_loss: LayerLoss, matcher: Optional[Callable], indices: List[Indices]) -> Callable:
+def ours_set_by_set(module: SetRankingLoss) -> StepLoss:
+    """The sum of the terms of every layer of the step, each layer ranked by its own :meth:`SetRankingLoss.forward`."""
+    return layer_by_layer(
+        lambda logits, boxes, indices, targets, _: sum(module(logits, boxes, indices, targets).values())
+    )
+
+
+def step_runner(step: Step, step_loss: StepLoss, matcher: Optional[Callable], indices: List[Indices]) -> Callable:
     """Forward and backward of the losses of all layers of ``step``; with ``matcher`` the matchings are made first,
     otherwise ``indices`` (the precomputed ones) are used."""
     num_boxes = float(max(sum(len(t["class_labels"]) for t in step.targets), 1))
 
     def run() -> None:
-        total = 0.0
+        layers: List[StepLayer] = []
         for layer, (logits, boxes) in enumerate(step.matched):
             layer_indices = (
                 matcher({"logits": logits, "pred_boxes": boxes}, step.targets) if matcher else indices[layer]
             )
-            total = total + layer_loss(logits, boxes, layer_indices, step.targets, num_boxes)
-        for logits, boxes in step.denoising:
-            total = total + layer_loss(logits, boxes, step.dn_indices, step.targets, num_boxes * step.dn_groups)
-        total.backward()
+            layers.append((logits, boxes, layer_indices, num_boxes))
+        layers += [(logits, boxes, step.dn_indices, num_boxes * step.dn_groups) for logits, boxes in step.denoising]
+        step_loss(layers, step.targets).backward()
         for logits, boxes in step.matched + step.denoising:
             logits.grad = boxes.grad = None
 
@@ -204,14 +225,20 @@ def main() -> None:
         parser.error(f"BRL repository {args.brl_repo} has no {RANKING_LOSSES_FILE}")
     set_threads()
     matcher, varifocal, focal = hf_matcher_and_losses()
-    losses: Dict[str, LayerLoss] = {
-        "ours RS": ours_layer_loss(SetRankingLoss(set_prediction_criterion("RankSortCriterion"))),
-        "ours aLRP": ours_layer_loss(SetRankingLoss(set_prediction_criterion("AlrpCriterion"), box_terms="own")),
-        "HF VFL": hf_layer_loss(varifocal, "vfl", varifocal.weight_dict),
-        "HF focal": hf_layer_loss(focal, "labels", {"loss_ce": 2.0, "loss_bbox": 5.0, "loss_giou": 2.0}),
+    rank_sort = SetRankingLoss(set_prediction_criterion("RankSortCriterion"))
+    alrp = SetRankingLoss(set_prediction_criterion("AlrpCriterion"), box_terms="own")
+    losses: Dict[str, StepLoss] = {
+        "ours RS": ours_step_loss(rank_sort),
+        "ours RS per set": ours_set_by_set(rank_sort),
+        "ours aLRP": ours_step_loss(alrp),
+        "ours aLRP per set": ours_set_by_set(alrp),
+        "HF VFL": layer_by_layer(hf_layer_loss(varifocal, "vfl", varifocal.weight_dict)),
+        "HF focal": layer_by_layer(
+            hf_layer_loss(focal, "labels", {"loss_ce": 2.0, "loss_bbox": 5.0, "loss_giou": 2.0})
+        ),
     }
     if args.brl_repo is not None:
-        losses["BRL RS"] = brl_layer_loss(args.brl_repo, args.device)
+        losses["BRL RS"] = layer_by_layer(brl_layer_loss(args.brl_repo, args.device))
     print(
         f"device: {args.device}, torch {torch.__version__}, threads {torch.get_num_threads()}, "
         f"load average {load_average()}, {NUM_CLASSES} classes, {DECODER_LAYERS} decoder layers + encoder "
@@ -228,8 +255,8 @@ def main() -> None:
         runs: Dict[str, Callable[[], object]] = {
             "match": lambda step=step: [matcher({"logits": c, "pred_boxes": b}, step.targets) for c, b in step.matched]
         }
-        for name, layer_loss in losses.items():
-            runs[name] = step_runner(step, layer_loss, None, indices)
+        for name, step_loss in losses.items():
+            runs[name] = step_runner(step, step_loss, None, indices)
         for name in ("ours RS", "HF VFL"):
             runs[f"{name} + match"] = step_runner(step, losses[name], matcher, indices)
         times = median_times(runs, args.repeats, args.device)

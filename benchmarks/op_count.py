@@ -22,6 +22,12 @@ name (``benchmarks/reference_losses.load_previous``), on whatever path it takes 
 (``alrp_d2.losses.*_loss_sets`` with ``path="dense"``, the segmented ranking, which every device but the CPU takes):
 sets of 4 images x 300 queries x 80 classes with 32 positives, every third a denoising set of 4 x 200 queries with
 160 positives (``--detr-sets``, 13 by default, as D-FINE's). The count should not depend on S.
+
+``detr_adapter sets=<S> ops=<n> loss=<loss> path=<path>``: the same step through the DETR adapter,
+``SetRankingLoss.forward_sets`` with its set-prediction criterion and value-balanced box terms (what
+``use_ranking_loss`` runs after the matching): every set's matched pairs validated, its box terms and positives, then
+one ranking call for all sets. The criterion takes the path of ``--device`` (``scan`` on the CPU, ``dense`` elsewhere);
+the per-set work makes this count grow with S.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from alrp_d2 import losses as our_losses  # noqa: E402
+from alrp_d2.detr import MatchedSet, SetRankingLoss, set_prediction_criterion  # noqa: E402
 from alrp_d2.losses.ranking_path import PATHS  # noqa: E402
 from benchmarks.reference_losses import load_previous  # noqa: E402
 
@@ -168,6 +175,51 @@ def count_detr_step(loss: str, num_sets: int, device: str = "cpu") -> OperationC
     return counter
 
 
+def detr_adapter_inputs(num_sets: int, device: str) -> Tuple[List[MatchedSet], List[Dict[str, Tensor]]]:
+    """The sets of :func:`detr_sets` as the adapter takes them: 8 targets an image, each layer set matched to them
+    by a random one-to-one matching, every denoising set by 5 groups of 40 queries (their first 8 matched)."""
+    gen = torch.Generator().manual_seed(1)
+    centres, sizes = torch.rand(4, 8, 2, generator=gen) * 0.6 + 0.2, torch.rand(4, 8, 2, generator=gen) * 0.3 + 0.05
+    targets = [
+        {"class_labels": torch.randint(0, 80, (8,), generator=gen), "boxes": b} for b in torch.cat([centres, sizes], 2)
+    ]
+    matched = []
+    for ranking_set in detr_sets(num_sets, "cpu"):
+        queries = ranking_set.logits.shape[1]
+        if queries == 200:
+            indices = [(torch.cat([group * 40 + torch.arange(8) for group in range(5)]), torch.arange(8).repeat(5))] * 4
+        else:
+            indices = [(torch.randperm(queries, generator=gen)[:8], torch.arange(8)) for _ in range(4)]
+        boxes = torch.rand(4, queries, 4, generator=gen) * 0.3 + 0.2
+        for image, (query, target) in enumerate(indices):
+            boxes[image, query] = targets[image]["boxes"][target] + 0.01
+        matched.append(MatchedSet(ranking_set.logits.to(device), boxes.to(device), indices))
+    return matched, [{key: value.to(device) for key, value in target.items()} for target in targets]
+
+
+def count_detr_adapter(loss: str, num_sets: int, device: str = "cpu") -> OperationCounter:
+    """The operations of one forward and backward of :class:`SetRankingLoss.forward_sets` of ``loss``'s criterion
+    over the sets of :func:`detr_adapter_inputs`, after one uncounted warm-up call."""
+    criterion = {"alrp": "AlrpCriterion", "ap": "InterpolatedAPCriterion", "rank_sort": "RankSortCriterion"}[loss]
+    set_loss = SetRankingLoss(set_prediction_criterion(criterion))
+    sets, targets = detr_adapter_inputs(num_sets, device)
+
+    def run() -> None:
+        leaves = [
+            s._replace(
+                logits=s.logits.detach().requires_grad_(True), pred_boxes=s.pred_boxes.detach().requires_grad_(True)
+            )
+            for s in sets
+        ]
+        terms = set_loss.forward_sets(leaves, targets)
+        torch.stack([value for set_terms in terms for value in set_terms.values()]).sum().backward()
+
+    run()
+    with OperationCounter() as counter:
+        run()
+    return counter
+
+
 def parse_cases(cases: List[str]) -> List[Tuple[int, int]]:
     return [(int(m), int(p)) for m, p in (case.split(":") for case in cases)]
 
@@ -194,6 +246,12 @@ def main() -> None:
         for loss in args.losses:
             counter = count_detr_step(loss, num_sets, args.device)
             print(f"detr_step sets={num_sets} ops={counter.total} loss={loss}")
+            print_by_operation(counter, args.by_operation)
+    adapter_path = "scan" if torch.device(args.device).type == "cpu" else "dense"
+    for num_sets in [] if args.previous_repo else args.detr_sets:
+        for loss in args.losses:
+            counter = count_detr_adapter(loss, num_sets, args.device)
+            print(f"detr_adapter sets={num_sets} ops={counter.total} loss={loss} path={adapter_path}")
             print_by_operation(counter, args.by_operation)
 
 

@@ -13,9 +13,12 @@ import torch
 from alrp_d2.detr import SetRankingLoss, set_prediction_criterion
 
 from .detr_cases import Layer, make_layer, part
+from .detr_step_cases import per_set_criterion, ranked_step, step_part, step_sets
 from .distributed_cases import spawn_workers
 
 WORLD_SIZE = 2
+#: A step's sets ranked in one call (``SetRankingLoss.forward_sets``): the images and worker 0's share.
+STEP = (dict(seed=3, num_targets=[3, 2, 0, 1]), 2)
 #: (layer, the images of worker 0), the rest are worker 1's: a worker without objects, uneven shares, denoising groups.
 LAYERS = [
     (dict(seed=1, num_targets=[3, 2, 4, 1]), 2),
@@ -28,6 +31,8 @@ OPTIONS: Dict[str, Dict] = {
     "rank_sort_fixed": dict(criterion="RankSortCriterion", box_terms="fixed"),
     "alrp_own_corr": dict(criterion="AlrpCriterion", box_terms="own", corr_weight=0.5),
     "ap": dict(criterion="APCriterion"),
+    "rank_sort_own": dict(criterion="RankSortCriterion", box_terms="own"),
+    "ap_own": dict(criterion="APCriterion", box_terms="own"),
 }
 
 
@@ -48,6 +53,12 @@ def _worker(rank: int, world_size: int, out_dir: str) -> None:
         mine = part(layer, slice(0, split) if rank == 0 else slice(split, None))
         for options in OPTIONS.values():
             results.append({ranking: run(mine, options, ranking) for ranking in ("global", "per_worker")})
+    sets, first = step_sets(**STEP[0])
+    mine, targets = step_part(sets, first.targets, slice(0, STEP[1]) if rank == 0 else slice(STEP[1], None))
+    for options in OPTIONS.values():
+        criterion, rest = set_prediction_criterion(options["criterion"]), dict(options)
+        del rest["criterion"]
+        results.append(ranked_step(mine, targets, criterion, ranking="global", **rest))
     layer = part(make_layer(**LAYERS[0][0]), slice(0, 2) if rank == 0 else slice(2, None))
     if rank == 1:
         layer = layer._replace(indices=[(torch.tensor([99]), torch.tensor([0])), layer.indices[1]])
@@ -113,6 +124,25 @@ def test_per_worker_fixed_box_terms_divide_by_the_workers_mean_number_of_pairs(w
         for key in ("loss_bbox", "loss_giou"):
             expected = alone[key] * max(counts[rank], 1) / mean_count
             torch.testing.assert_close(worker_results[rank][index]["per_worker"][key], expected, rtol=1e-6, atol=1e-9)
+
+
+@pytest.mark.parametrize("name", OPTIONS)
+def test_one_call_over_workers_equals_one_process_ranking_set_by_set(worker_results, name):
+    """Every set of a step (decoder layers, a denoising set, a set without a matched pair, one without a query) in
+    one call of a global ranking on 2 workers equals one process ranking the sets of all images one by one."""
+    options = dict(OPTIONS[name])
+    sets, first = step_sets(**STEP[0])
+    expected = ranked_step(sets, first.targets, per_set_criterion(options.pop("criterion")), **options)
+    index = len(LAYERS) * len(OPTIONS) + list(OPTIONS).index(name)
+    per_worker = [results[index] for results in worker_results]
+    for set_number, set_expected in enumerate(expected):
+        for key, value in set_expected.items():
+            if key in ("logits", "boxes"):
+                gathered = torch.cat([result[set_number][key] for result in per_worker]) / WORLD_SIZE
+                torch.testing.assert_close(gathered, value, rtol=1e-6, atol=1e-9, msg=f"set {set_number} {key}")
+            else:
+                for result in per_worker:
+                    torch.testing.assert_close(result[set_number][key], value, rtol=1e-6, atol=1e-9)
 
 
 def test_bad_input_on_one_worker_raises_on_every_worker(worker_results):

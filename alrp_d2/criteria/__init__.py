@@ -8,7 +8,7 @@ from .config_keys import HEAD_KEYS, RPN_KEYS, HeadKeys
 from .correlation_term import CorrelationTerm, correlation_terms
 from .localisation import LocErrorCriterion, positive_loc_errors
 from .rank_sort import RankSortCriterion, value_balance
-from .ranking_criterion import CriterionOutput, PositiveSource, PositiveTerm, RankingCriterion
+from .ranking_criterion import CriterionOutput, CriterionSet, PositiveSource, PositiveTerm, RankingCriterion
 from .registry import RANKING_CRITERION_REGISTRY, build_ranking_criterion, ranking_criterion_class
 from .targets import PositiveTargets, RankSortTargets, RowLabels, Targets
 
@@ -21,6 +21,7 @@ __all__ = [
     "AlrpCriterion",
     "CorrelationTerm",
     "CriterionOutput",
+    "CriterionSet",
     "HeadKeys",
     "InterpolatedAPCriterion",
     "LocErrorCriterion",

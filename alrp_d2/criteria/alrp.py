@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, List, Sequence
 
 import torch
 from torch import Tensor
 
-from ..losses import alrp_loss_indexed
+from ..losses import AlrpLossTerms, alrp_loss_indexed, alrp_loss_sets
 from .localisation import LocErrorCriterion
-from .ranking_criterion import CriterionOutput
+from .ranking_criterion import CriterionOutput, CriterionSet, set_fields
 from .registry import RANKING_CRITERION_REGISTRY
 from .targets import PositiveTargets, Targets
 
@@ -37,3 +37,10 @@ class AlrpCriterion(LocErrorCriterion):
             logits, targets.flat_index(logits.shape[-1]), loc_losses, targets.valid, self.delta, self.eps, group
         )
         return CriterionOutput(terms.loss_cls, terms.loss_loc, torch.ones_like(terms.loss_loc), terms.statistics)
+
+    def rank_sets(self, sets: Sequence[CriterionSet], group: Any) -> List[CriterionOutput]:
+        terms = alrp_loss_sets([s.ranking(s.loc_losses) for s in sets], self.delta, self.eps, group)
+        return [
+            CriterionOutput(fields[0], fields[1], torch.ones_like(fields[1]), AlrpLossTerms(*fields).statistics)
+            for fields in set_fields(*terms)
+        ]

@@ -3,17 +3,17 @@ baselines (aLRP paper Table 2, App. G)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar, Dict, Optional
+from typing import TYPE_CHECKING, Any, ClassVar, Dict, List, Optional, Sequence
 
 import torch
 from torch import Tensor
 
-from ..losses import ap_loss_indexed
-from ..losses.global_ranking import global_mean
+from ..losses import RankingLossOutput, ap_loss_indexed, ap_loss_sets
+from ..losses.global_ranking import global_mean, global_set_means
 from .arguments import check_choice
 from .config_keys import HeadKeys
 from .localisation import LocErrorCriterion
-from .ranking_criterion import CriterionOutput, PositiveSource
+from .ranking_criterion import CriterionOutput, CriterionSet, PositiveSource, set_fields
 from .registry import RANKING_CRITERION_REGISTRY
 from .targets import PositiveTargets, Targets
 
@@ -72,6 +72,15 @@ class APCriterion(LocErrorCriterion):
         )
         loss_loc = global_mean(loc_losses, group)
         return CriterionOutput(ranking.loss, loss_loc, torch.ones_like(loss_loc), ranking.statistics)
+
+    def rank_sets(self, sets: Sequence[CriterionSet], group: Any) -> List[CriterionOutput]:
+        terms = ap_loss_sets([s.ranking() for s in sets], self.interpolated, self.delta, self.eps, group)
+        losses = [s.loc_losses for s in sets]
+        loss_loc = global_set_means(losses, [torch.ones_like(loss) for loss in losses], group)
+        return [
+            CriterionOutput(loss, loc, torch.ones_like(loc), RankingLossOutput(loss, positive, negative).statistics)
+            for loss, positive, negative, loc in set_fields(*terms, loss_loc)
+        ]
 
 
 @RANKING_CRITERION_REGISTRY.register()

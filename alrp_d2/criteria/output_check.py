@@ -5,14 +5,14 @@ trains nothing silently. Only the tensors' metadata are read: no host synchronis
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 from torch import Tensor
 
-from .ranking_criterion import CriterionOutput
+from .ranking_criterion import CriterionOutput, CriterionSet
 
-__all__ = ["CriterionOutputError", "check_criterion_output"]
+__all__ = ["CriterionOutputError", "check_criterion_output", "check_criterion_outputs"]
 
 #: The fields of a CriterionOutput that are scalar tensors, checked.
 TENSOR_FIELDS = ("loss_cls", "loss_loc", "loc_factor")
@@ -51,3 +51,17 @@ def check_criterion_output(criterion: Any, output: Any, logits: Tensor, loc_loss
                 f"the ranking criterion {name} returned {field} without a gradient (detached, or not computed from "
                 f"its {'logits' if field == 'loss_cls' else 'loc_losses'}): training would not update the head by it"
             )
+
+
+def check_criterion_outputs(criterion: Any, outputs: Any, sets: Sequence[CriterionSet]) -> None:
+    """:func:`check_criterion_output` of every output of ``criterion.rank_sets(sets, group)``; raises
+    :class:`CriterionOutputError` naming the criterion's class unless ``outputs`` is a list of one output a set."""
+    if not (isinstance(outputs, list) and len(outputs) == len(sets)):
+        name = f"{type(criterion).__module__}.{type(criterion).__qualname__}"
+        shown = f"a list of {len(outputs)}" if isinstance(outputs, list) else f"a {type(outputs).__qualname__}"
+        raise CriterionOutputError(
+            f"the ranking criterion {name} returned {shown} from rank_sets of {len(sets)} sets: it must return a list "
+            "of one CriterionOutput a set, in the order of the sets"
+        )
+    for output, ranking_set in zip(outputs, sets):
+        check_criterion_output(criterion, output, ranking_set.logits, ranking_set.loc_losses)

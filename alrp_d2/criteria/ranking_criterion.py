@@ -11,6 +11,11 @@ interface and never by the criterion's name (this package imports no detectron2)
 3. :meth:`RankingCriterion.__call__`: the loss of the ranking and of the localisation, unweighted, with the
    statistics the self-balance hook logs (:class:`CriterionOutput`).
 
+A DETR step asks for several rankings at once (:meth:`RankingCriterion.rank_sets`: every decoder layer, denoising set
+and the encoder's proposals, each its own ranking): aLRP, AP and Rank & Sort Loss rank them in one call of the
+segmented ranking (:func:`alrp_d2.losses.rank_sort_loss_sets`); a criterion without that variant is called once per
+set.
+
 Balancing is the criterion's too: the head weights the localisation loss by its localisation weight (self-balanced
 or constant) times the criterion's ``loc_factor`` of the step (1, or Rank & Sort Loss's balancing by the loss values
 of the step); a criterion that :attr:`~RankingCriterion.balances_tasks` also weights a head's other tasks
@@ -22,18 +27,19 @@ of the step); a criterion that :attr:`~RankingCriterion.balances_tasks` also wei
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar, Dict, NamedTuple, Optional, Protocol, Tuple
+from typing import TYPE_CHECKING, Any, ClassVar, Dict, List, NamedTuple, Optional, Protocol, Sequence, Tuple
 
 from torch import Tensor
 
+from ..losses.ranking_inputs import RankingSet
 from ..losses.ranking_statistics import RankingStatistics
 from .config_keys import HeadKeys
-from .targets import PositiveTargets, RowLabels, Targets
+from .targets import PositiveTargets, RankSortTargets, RowLabels, Targets
 
 if TYPE_CHECKING:
     from detectron2.config import CfgNode
 
-__all__ = ["CriterionOutput", "PositiveSource", "PositiveTerm", "RankingCriterion"]
+__all__ = ["CriterionOutput", "CriterionSet", "PositiveSource", "PositiveTerm", "RankingCriterion", "set_fields"]
 
 
 class PositiveSource(Protocol):
@@ -95,6 +101,31 @@ class CriterionOutput(NamedTuple):
     positive_weights: Optional[Tensor] = None
 
 
+class CriterionSet(NamedTuple):
+    """One ranking of :meth:`RankingCriterion.rank_sets`: what :meth:`RankingCriterion.__call__` takes but the group.
+
+    Attributes:
+        logits: (rows, K) logits of every (row, class) pair of the set.
+        targets: what :meth:`RankingCriterion.targets` returned for the set.
+        loc_losses: what :meth:`RankingCriterion.localisation_losses` returned for it.
+    """
+
+    logits: Tensor
+    targets: Targets
+    loc_losses: Tensor
+
+    def ranking(self, positive_values: Optional[Tensor] = None) -> RankingSet:
+        """The set as the segmented ranking takes it: the positives of its ranking (Rank & Sort Loss's ``ranked``
+        ones) with their ``positive_values``."""
+        positives = self.targets.ranked if isinstance(self.targets, RankSortTargets) else self.targets
+        return RankingSet(self.logits, positives.flat_index(self.logits.shape[-1]), positive_values, positives.valid)
+
+
+def set_fields(*fields: Tensor) -> List[Tuple[Tensor, ...]]:
+    """Per set, its entry of every (S,) field of a segmented ranking's result (one ``unbind`` a field)."""
+    return list(zip(*(field.unbind() for field in fields)))
+
+
 class RankingCriterion:
     """Base class of the ranking criteria. A subclass is registered in :data:`RANKING_CRITERION_REGISTRY`, takes
     its hyperparameters as keyword arguments (a ValueError names a bad one), reads them from a config in
@@ -147,6 +178,13 @@ class RankingCriterion:
             group: the :class:`~alrp_d2.losses.RankingGroup` of a global ranking, or None.
         """
         raise NotImplementedError
+
+    def rank_sets(self, sets: Sequence[CriterionSet], group: Any) -> List[CriterionOutput]:
+        """The output of every set of ``sets``, each ranked on its own (no logit of one set is compared with
+        another's), equal to ``[self(*ranking_set, group) for ranking_set in sets]``: one call of the segmented
+        ranking for aLRP, AP and Rank & Sort Loss; this default (a criterion without a one-call variant, e.g. a
+        user's) calls :meth:`__call__` once per set, in order. Every worker of a ``group`` passes as many sets."""
+        return [self(*ranking_set, group) for ranking_set in sets]
 
     def task_weight(self, output: CriterionOutput, task_loss: Tensor) -> Tensor:
         """The detached weight of ``task_loss``, another task of the head (RS Mask R-CNN's mask loss), given the

@@ -6,10 +6,11 @@ import ``transformers``, the ``detr`` extra, on first use). docs/detr.md."""
 from typing import Any
 
 from .set_prediction_criterion import SET_PREDICTION_ARGUMENTS, set_prediction_criterion, set_ranking_loss
-from .set_ranking_loss import BOX_TERMS, SetRankingLoss
+from .set_ranking_loss import BOX_TERMS, MatchedSet, SetRankingLoss
 
 __all__ = [
     "BOX_TERMS",
+    "MatchedSet",
     "SET_PREDICTION_ARGUMENTS",
     "SetRankingLoss",
     "set_prediction_criterion",

@@ -32,7 +32,7 @@ from transformers.models.deformable_detr.modeling_deformable_detr import Deforma
 from ..criteria import RankingCriterion
 from .hf_families import LOSS_FAMILIES, LossCall, LossFamily, SetPrediction
 from .labels_check import check_labels
-from .set_ranking_loss import SetRankingLoss
+from .set_ranking_loss import MatchedSet, SetRankingLoss
 
 __all__ = ["RankingLossFunction", "attach_ranking_loss", "restore_loss", "use_ranking_loss"]
 
@@ -48,17 +48,20 @@ def rank_sets(
     scores: Optional[Callable[[Tensor], Tensor]] = None,
 ) -> Dict[str, Tensor]:
     """The terms of every set, its keys suffixed by the set's: each set matched by ``matcher`` on its logits (the
-    denoising sets by their known targets) and its ``scores`` of them (the logits when None) ranked on its own by
-    ``loss``, in the same order on every worker. The one place that ranks a step's sets."""
-    loss_dict: Dict[str, Tensor] = {}
+    denoising sets by their known targets) and its ``scores`` of them (the logits when None) ranked on its own, all
+    sets in one :meth:`SetRankingLoss.forward_sets` call (one ranking call for the whole step), in the same order on
+    every worker. The one place that ranks a step's sets."""
+    matched = []
     for prediction in sets:
         indices = prediction.indices
         if indices is None:
             indices = matcher({"logits": prediction.logits, "pred_boxes": prediction.boxes}, labels)
         ranked = prediction.logits if scores is None else scores(prediction.logits)
-        terms = loss(ranked, prediction.boxes, indices, labels)
-        loss_dict.update((key + prediction.suffix, value) for key, value in terms.items())
-    return loss_dict
+        matched.append(MatchedSet(ranked, prediction.boxes, indices))
+    terms = loss.forward_sets(matched, labels)
+    return {
+        key + prediction.suffix: value for prediction, set_terms in zip(sets, terms) for key, value in set_terms.items()
+    }
 
 
 class RankingLossFunction:

@@ -5,24 +5,33 @@ The matched (query, class) pairs are the positives of one ranking of the layer's
 queries alike). A ranking criterion ranks them, as a head's criterion (its output checked, its statistics recorded,
 its ``loc_factor`` honoured); the matched boxes add L1 and GIoU terms (fixed weights, or each rescaled to the ranking
 loss's value as BRS-DETR does), the criterion's own localisation loss, or nothing (the model's own box terms,
-:func:`alrp_d2.detr.use_ranking_loss`).
+:func:`alrp_d2.detr.use_ranking_loss`). All sets of a training step (the decoder layers, the denoising sets, the
+encoder's proposals) are ranked in one criterion call (:meth:`SetRankingLoss.forward_sets`), each on its own.
 """
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from ..criteria import CorrelationTerm, PositiveTargets, RankingCriterion, RowLabels, value_balance
-from ..criteria.output_check import check_criterion_output
+from ..criteria import (
+    CorrelationTerm,
+    CriterionOutput,
+    CriterionSet,
+    PositiveTargets,
+    RankingCriterion,
+    RowLabels,
+    value_balance,
+)
+from ..criteria.output_check import check_criterion_output, check_criterion_outputs
 from ..losses.global_ranking import RankingGroup, check_ranking, exchange_checked, global_mean, ranking_group
 from ..losses.ranking_statistics import RankingStatistics
 from .matched_queries import Indices, MatchedQueries, QueryBoxes, Targets, matched_queries, pair_box_losses
 
-__all__ = ["BOX_TERMS", "SetRankingLoss"]
+__all__ = ["BOX_TERMS", "MatchedSet", "SetRankingLoss"]
 
 #: How the matched boxes are trained (:class:`SetRankingLoss`).
 BOX_TERMS = ("value_balanced", "fixed", "own", "model")
@@ -30,6 +39,24 @@ BOX_TERMS = ("value_balanced", "fixed", "own", "model")
 #: loss); DETR's fixed weights; the criterion's own localisation (its GIoU inside), with the L1 term value-balanced;
 #: none (the model's own box terms).
 DEFAULT_BOX_WEIGHTS = {"value_balanced": (1.0, 1.0), "fixed": (5.0, 2.0), "own": (1.0, 0.0), "model": (0.0, 0.0)}
+
+
+class MatchedSet(NamedTuple):
+    """One set of a step's predictions as :meth:`SetRankingLoss.forward` takes it (its arguments but the targets)."""
+
+    logits: Tensor
+    pred_boxes: Tensor
+    indices: Indices
+
+
+class _Layer(NamedTuple):
+    """One set's matched pairs, their (P, 2) L1 and 1 - GIoU, its boxes as the criterion reads them and the
+    criterion's inputs."""
+
+    matched: MatchedQueries
+    pair_losses: Tensor
+    source: QueryBoxes
+    ranking: CriterionSet
 
 
 def box_term_weights(
@@ -136,7 +163,8 @@ class SetRankingLoss(nn.Module):
         self._statistics: Optional[RankingStatistics] = None
 
     def forward(self, logits: Tensor, pred_boxes: Tensor, indices: Indices, targets: Targets) -> Dict[str, Tensor]:
-        """
+        """The terms of one layer, ranked by a criterion call of its own (:meth:`forward_sets` ranks several).
+
         Args:
             logits: (B, Q, C) the layer's class logits (sigmoid classes).
             pred_boxes: (B, Q, 4) its boxes, normalised cxcywh.
@@ -147,24 +175,51 @@ class SetRankingLoss(nn.Module):
             The weighted terms (class docstring).
         """
         group = ranking_group(self.ranking)  # per call: the process group may start after the model is built
+        layer = self._layer(MatchedSet(logits, pred_boxes, indices), targets, group)
+        output = self.criterion(*layer.ranking, group)
+        check_criterion_output(self.criterion, output, layer.ranking.logits, layer.ranking.loc_losses)
+        return self._terms(layer, output, group)
+
+    def forward_sets(self, sets: Sequence[MatchedSet], targets: Targets) -> List[Dict[str, Tensor]]:
+        """The terms of every set of a step (e.g. every decoder layer, denoising set and the encoder's proposals),
+        as :meth:`forward` gives them set by set: each set's matched pairs and box terms its own, all sets ranked by
+        one :meth:`RankingCriterion.rank_sets` call (one call of the segmented ranking for aLRP, AP and Rank & Sort
+        Loss; a criterion without it is called once per set). :meth:`take_statistics` then gives the last set's
+        statistics, as after calling :meth:`forward` set by set. Every worker of a global ranking passes as many
+        sets."""
+        if not sets:
+            return []
+        group = ranking_group(self.ranking)
+        layers = [self._layer(matched_set, targets, group) for matched_set in sets]
+        rankings = [layer.ranking for layer in layers]
+        outputs = self.criterion.rank_sets(rankings, group)
+        check_criterion_outputs(self.criterion, outputs, rankings)
+        return [self._terms(layer, output, group) for layer, output in zip(layers, outputs)]
+
+    def _layer(self, matched_set: MatchedSet, targets: Targets, group: Optional[RankingGroup]) -> _Layer:
+        """The validated matched pairs of one set, their box losses and the criterion's inputs."""
+        logits, pred_boxes, indices = matched_set
         matched = _validated(logits, pred_boxes, indices, targets, group)
         l1, giou, ious = pair_box_losses(pred_boxes, matched)
         source = QueryBoxes(pred_boxes, matched, ious)
         flat_logits = logits.reshape(matched.num_rows, matched.num_classes)
         ranked = self.criterion.targets(RowLabels(matched.row_labels(), matched.num_classes), source)
         loc_losses = self.criterion.localisation_losses(ranked.box, source)
-        output = self.criterion(flat_logits, ranked, loc_losses, group)
-        check_criterion_output(self.criterion, output, flat_logits, loc_losses)
+        return _Layer(matched, torch.stack([l1, giou], dim=1), source, CriterionSet(flat_logits, ranked, loc_losses))
+
+    def _terms(self, layer: _Layer, output: CriterionOutput, group: Optional[RankingGroup]) -> Dict[str, Tensor]:
+        """The weighted terms of one set from the criterion's ``output``; its statistics recorded."""
         self._statistics = output.statistics.with_values(cls=output.loss_cls, loc=output.loss_loc)
         loss_rank = self.rank_weight * output.loss_cls
         losses = {"loss_rank": loss_rank}
         if self.box_terms != "model":
-            losses.update(self._box_terms(loss_rank, torch.stack([l1, giou], dim=1), group))
+            losses.update(self._box_terms(loss_rank, layer.pair_losses, group))
         if self.box_terms == "own":
             own = output.loc_factor * output.loss_loc
             losses["loss_loc"] = own * value_balance(loss_rank.detach(), own.detach())
         if self.correlation is not None:
-            losses["loss_corr"] = self.correlation(flat_logits, _positives(matched), source, group)
+            flat_logits = layer.ranking.logits
+            losses["loss_corr"] = self.correlation(flat_logits, _positives(layer.matched), layer.source, group)
         return losses
 
     def _box_terms(self, loss_rank: Tensor, pair_losses: Tensor, group: Optional[RankingGroup]) -> Dict[str, Tensor]:
@@ -179,7 +234,8 @@ class SetRankingLoss(nn.Module):
         return terms
 
     def take_statistics(self) -> Optional[RankingStatistics]:
-        """The criterion's statistics of the last :meth:`forward` (None if there was none since the last call)."""
+        """The criterion's statistics of the last set of the last :meth:`forward` or :meth:`forward_sets` (None if
+        there was none since the last call)."""
         statistics, self._statistics = self._statistics, None
         return statistics
 

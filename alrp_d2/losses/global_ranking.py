@@ -25,7 +25,7 @@ the losses are exactly the per-worker ones.
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import torch
 import torch.distributed as dist
@@ -40,6 +40,7 @@ __all__ = [
     "check_ranking",
     "exchange_checked",
     "global_mean",
+    "global_set_means",
     "global_weighted_mean",
     "ranking_group",
 ]
@@ -191,3 +192,23 @@ def global_weighted_mean(values: Tensor, weights: Tensor, group: Optional[Rankin
         total = sums[1]
     normaliser = torch.where(total < eps, torch.ones_like(total), total)
     return (weighted / normaliser).to(values.dtype)
+
+
+def global_set_means(
+    values: Sequence[Tensor], weights: Sequence[Tensor], group: Optional[RankingGroup], eps: float = 1e-10
+) -> Tensor:
+    """(S,) :func:`global_weighted_mean` of every set's 1-D ``values`` with its (detached) ``weights``, all sets
+    at once: one scatter of all values and, with a group, one all-reduce of 2 S floats for all sets (the local
+    gradients times the world size). A set without a value on any worker gives a zero connected to ``values``."""
+    flat = torch.cat(list(values))
+    counts = torch.tensor([len(value) for value in values], dtype=torch.long, device=flat.device)
+    set_of = torch.repeat_interleave(torch.arange(len(values), device=flat.device), counts, output_size=len(flat))
+    flat_weights = torch.cat([weight.detach() for weight in weights]).to(flat.dtype)
+    sums = flat.new_zeros(2, len(values)).index_add(1, set_of, torch.stack([flat_weights * flat, flat_weights]))
+    weighted, total = sums[0], sums[1].detach()
+    if group is not None:
+        reduced = sums.detach().double()
+        dist.all_reduce(reduced, op=dist.ReduceOp.SUM, group=group.group)
+        local = _ScaleGradient.apply(weighted.double(), float(group.world_size))
+        weighted, total = local + (reduced[0] - local.detach()), reduced[1]
+    return (weighted / torch.where(total < eps, torch.ones_like(total), total)).to(flat.dtype)
