@@ -11,7 +11,14 @@ from typing import Dict
 import pytest
 import torch
 
-from alrp_d2.losses import RankingSet, alrp_loss_sets, ap_loss_sets, rank_sort_loss_sets, segmented_scan
+from alrp_d2.losses import (
+    RankingSet,
+    alrp_loss_sets,
+    ap_loss_sets,
+    dense_relations,
+    rank_sort_loss_sets,
+    segmented_scan,
+)
 from alrp_d2.losses.global_ranking import ranking_group
 
 from .distributed_cases import PATHS, assert_relative, spawn_workers
@@ -60,6 +67,22 @@ def test_chunks_of_7_logits_change_nothing(name, path, monkeypatch):
         assert_relative(getattr(terms, field), getattr(expected, field), 1e-12)
     for chunked_set, ranking_set in zip(chunked, sets):
         assert_relative(chunked_set.logits.grad, ranking_set.logits.grad, 1e-12)
+
+
+@pytest.mark.parametrize("path", ["dense", "scan"])
+def test_sorting_relations_in_blocks_of_one_row_change_nothing(path, monkeypatch):
+    """Rank & Sort Loss's batch of the sets' matrices built a row of every set at a time."""
+    sets = leaves(step_sets(3))
+    expected = one_call("rank_sort", sets, path=path)
+    monkeypatch.setattr(dense_relations, "BLOCK_ENTRIES", 1)
+    blocked = leaves(sets)
+    terms = one_call("rank_sort", blocked, path=path)
+    weighted_backward(terms, LOSSES["rank_sort"][2], torch.ones(len(sets), dtype=torch.float64))
+    weighted_backward(expected, LOSSES["rank_sort"][2], torch.ones(len(sets), dtype=torch.float64))
+    for field in terms._fields:
+        assert_relative(getattr(terms, field), getattr(expected, field), 1e-12)
+    for blocked_set, ranking_set in zip(blocked, sets):
+        assert_relative(blocked_set.logits.grad, ranking_set.logits.grad, 1e-12)
 
 
 def test_sets_without_any_positive_give_connected_zeros():

@@ -8,9 +8,12 @@ sets): every set owns a row of ``2P + 1`` gaps. A gap ``(s, r)`` relates to the 
 gap of a ranking of set ``s`` alone that holds the same values, because no edge of set ``s`` lies between the edges of
 other sets that bound it. The positives of set ``s`` fully below, or with the gap in their band, are counted from a
 table of the running counts of every set's lower and upper edges in the sorted order; the sums over a set's gaps are
-cumulative sums along its row, those over a set's positives differences of cumulative sums at its ends, and the P x P
-blocks among the positives are masked to the pairs of one set (:class:`SegmentedMatrix`). The gaps of other sets'
-edges hold no value of set ``s`` and add nothing.
+cumulative sums along its row, those over a set's positives differences of cumulative sums at its ends. The gaps of
+other sets' edges hold no value of set ``s`` and add nothing.
+
+The relations among the positives take the same gaps: the positives are sources in the gaps of their own set
+(``sum_k w_k H(q_k - q_i)`` from their gap totals, as the negatives'), O(P log P) work and no P x P matrix; Rank &
+Sort Loss's sorting relations are every set's own matrix, batched (:mod:`alrp_d2.losses.set_blocks`).
 """
 
 from __future__ import annotations
@@ -23,10 +26,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .dense_relations import DenseSortingRelations, PositiveMatrix, StepEdges
+from .dense_relations import StepEdges
 from .serial_indexing import take_rows
+from .set_blocks import SetBlocks, SetSortingRelations
 
-__all__ = ["SegmentedEdges", "SegmentedMatrix", "set_mixing"]
+__all__ = ["SegmentedEdges", "set_mixing"]
 
 
 @functools.lru_cache(maxsize=16)
@@ -42,30 +46,18 @@ def set_mixing(delta: float, device: torch.device) -> Tensor:
 
 
 @dataclass(frozen=True)
-class SegmentedMatrix(PositiveMatrix):
-    """:class:`PositiveMatrix` with ``H(q_k - q_i)`` set to 0 between positives of different ``sets`` (P,)."""
-
-    sets: Tensor
-
-    @staticmethod
-    def masked(scores: Tensor, delta: float, sets: Tensor) -> SegmentedMatrix:
-        plain = PositiveMatrix.of(scores, delta)
-        return SegmentedMatrix(plain.scores, plain.delta, plain.scaled, sets)
-
-    def rows(self, start: int, end: int) -> Tensor:
-        return super().rows(start, end).mul_(self.sets[None, :] == self.sets[start:end, None])
-
-
-@dataclass(frozen=True)
 class SegmentedEdges(StepEdges):
     """The interface of :class:`alrp_d2.losses.dense_relations.DenseEdges` for positives sorted by (set, score); the
     gaps are ``S`` rows of ``2P + 1`` (module docstring), gap ``(s, r)`` at ``s (2P + 1) + r``.
 
     Attributes:
-        delta, scores, matrix, band_constant: as in ``DenseEdges``.
+        delta, scores, band_constant: as in ``DenseEdges``.
         edges: (2P,) the edges of all sets, ascending.
         sets: (P,) the set of every positive; set_starts: (S,) the first position of every set.
+        set_counts: (S,) the positives of every set; widest: their largest number, on the host (None: not known
+            there, read from ``set_counts`` when the sorting relations need it).
         query_gaps: (2, P) the gaps of ``q_i - delta`` and ``q_i + delta`` in the row of the positive's set.
+        positive_gaps: (P,) the gap of every positive's own score in the row of its set.
         gap_ends: (3, S (2P + 1)) the positions one past the positives of the gap's set with the gap in their band,
             and fully below it, and the set's first position.
     """
@@ -73,16 +65,21 @@ class SegmentedEdges(StepEdges):
     delta: float
     scores: Tensor
     edges: Tensor
-    matrix: PositiveMatrix
     band_constant: Tensor
     sets: Tensor
     set_starts: Tensor
+    set_counts: Tensor
+    widest: Optional[int]
     query_gaps: Tensor
+    positive_gaps: Tensor
     gap_ends: Tensor
 
     @staticmethod
-    def of(sorted_scores: Tensor, sets: Tensor, set_starts: Tensor, delta: float) -> SegmentedEdges:
-        """``sorted_scores`` (P,) float64 ascending within each set, ``sets`` (P,) ascending, ``set_starts`` (S,)."""
+    def of(
+        sorted_scores: Tensor, sets: Tensor, set_starts: Tensor, set_counts: Tensor, widest: Optional[int], delta: float
+    ) -> SegmentedEdges:
+        """``sorted_scores`` (P,) float64 ascending within each set, ``sets`` (P,) ascending, ``set_starts`` and
+        ``set_counts`` (S,), ``widest`` as the attribute."""
         num, num_sets = sorted_scores.numel(), set_starts.numel()
         width = 2 * num + 1
         bounds = torch.stack([sorted_scores - delta, sorted_scores + delta])
@@ -95,16 +92,18 @@ class SegmentedEdges(StepEdges):
         # only if e[r - 1] < e[r] (between tied edges no value fits): then its edges at or below e[r - 1] are the
         # first r, and the group's among them are the ends of the gap (the coefficients of empty gaps meet no value).
         running = torch.cumsum(running, 1).add_(set_starts.repeat(3)[:, None])
-        matrix = SegmentedMatrix.masked(sorted_scores, delta, sets)
+        positive_gaps = torch.searchsorted(edges, sorted_scores, right=delta == 0)
         return SegmentedEdges(
             delta=delta,
             scores=sorted_scores,
             edges=edges,
-            matrix=matrix,
-            band_constant=matrix.scaled if delta == 0 else 0.5 - matrix.scaled,
+            band_constant=sorted_scores if delta == 0 else 0.5 - sorted_scores * (0.5 / delta),
             sets=sets,
             set_starts=set_starts,
+            set_counts=set_counts,
+            widest=widest,
             query_gaps=torch.add(torch.searchsorted(edges, bounds), sets, alpha=width),
+            positive_gaps=torch.add(positive_gaps, sets, alpha=width),
             gap_ends=running.view(3, -1),
         )
 
@@ -136,7 +135,14 @@ class SegmentedEdges(StepEdges):
         return torch.addcmul(above, band[0], self.band_constant).add_(band[1], alpha=0.5 / self.delta)
 
     def positive_sums(self, weights: Optional[Tensor] = None) -> Tensor:
-        return self.matrix.sums(weights)
+        """``sum_k w_k H(q_k - q_i)`` over the positives ``k`` of the set of every positive ``i`` (``k = i``
+        included; ``None``: all 1): the positives as sources in the gaps of their set."""
+        weight = torch.ones_like(self.scores) if weights is None else weights
+        totals = self.scores.new_zeros(2, self.num_gaps)
+        totals[0].index_add_(0, self.positive_gaps, weight)
+        if not self.unit_step:
+            totals[1].index_add_(0, self.positive_gaps, weight * self.scores)
+        return self.sum_from_gap_totals(totals)
 
     def coefficients(self, weights: Tensor) -> Tensor:
         """As ``DenseEdges.coefficients``, the prefix sums taken from the first position of every gap's set."""
@@ -145,5 +151,8 @@ class SegmentedEdges(StepEdges):
         at_ends = torch.index_select(prefix, 1, self.gap_ends.view(-1))  # [column, (band, above, set start) x gap]
         return torch.mm(set_mixing(self.delta, prefix.device), at_ends.view(3 * len(columns), -1))
 
-    def sorting_relations(self, targets: Tensor) -> DenseSortingRelations:
-        return DenseSortingRelations(self.matrix, targets)
+    def sorting_relations(self, targets: Tensor) -> SetSortingRelations:
+        """Every set's relations among its positives by target and by score, for the (P,) float64 targets."""
+        widest = int(self.set_counts.max()) if self.widest is None else self.widest
+        blocks = SetBlocks.of(self.sets, self.set_starts, widest)
+        return SetSortingRelations(blocks, self.scores, self.delta, targets)

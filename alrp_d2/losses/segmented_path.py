@@ -4,12 +4,17 @@ one pass over the logits and one pass of the relations among the positives, with
 (:mod:`alrp_d2.losses.segmented_edges`). Every set is still its own exact ranking: no score of one set is compared
 with another set's, and every set gets its own losses (:class:`alrp_d2.losses.ranking_reduction.PerSet`).
 
-The relations among the positives are masked P x P blocks (the ``dense`` path's) on both paths; the negatives find
-their gaps by the grid lookup on the ``scan`` path (the CPU's: one host synchronisation) or by ``searchsorted`` on the
-``dense`` one (a constant number of operations whatever the number of sets, no host synchronisation of its own). A
-global ranking exchanges the numbers of positives once for all sets."""
+The relations among the positives are those of their gaps in their own set's row, and Rank & Sort Loss's sorting
+relations every set's own matrix of its positives, batched (:mod:`alrp_d2.losses.set_blocks`): the work grows with
+the sets' own sizes, not with the step's number of positives squared, on both paths. The negatives find their gaps by
+the grid lookup on the ``scan`` path (the CPU's: one host synchronisation) or by ``searchsorted`` on the ``dense`` one
+(a constant number of operations whatever the number of sets, no host synchronisation of its own). A global ranking
+exchanges the numbers of positives once for all sets; Rank & Sort Loss's batch then reads its width, the largest
+set's number of positives of all workers, on the host (one host synchronisation more)."""
 
 from __future__ import annotations
+
+from typing import Optional
 
 import torch
 from torch import Tensor
@@ -54,11 +59,12 @@ class SegmentedPath(RankingPath):
         positives = SortedPositives.ordered(positive_index, exchange, order, sorted_scores, values)
         if exchange is None:
             starts, counts, divisor = layout.table[3], *layout.sizes
+            widest: Optional[int] = layout.widest
         else:  # the positives of every worker
             counts = scores.new_zeros(layout.num_sets).index_add_(0, sets, torch.ones_like(scores))
             starts = (torch.cumsum(counts, 0) - counts).long()
-            divisor = counts.clamp_min(1.0)
-        edges = SegmentedEdges.of(sorted_scores, sorted_sets, starts, delta)
+            divisor, widest = counts.clamp_min(1.0), None
+        edges = SegmentedEdges.of(sorted_scores, sorted_sets, starts, counts, widest, delta)
         local_sets = sorted_sets if exchange is None else layout.positive_sets
         local = SetPositives(positives.flat_index, positives.local_scores(), local_sets)
         negatives, totals = self.scan(flat, valid, local, edges, layout)

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from .gap_lookup import GapLookup
-from .negative_scan import CHUNK, DenseNegatives, ScanWorkspace, chunks, ranked_values
+from .negative_scan import CHUNK, DenseNegatives, ScanNegatives, ScanWorkspace, chunks, ranked_values
 from .segmented_edges import SegmentedEdges
 from .serial_indexing import take_rows
 from .set_layout import SetLayout
@@ -49,9 +49,11 @@ def _remove_positives(
 
 def grid_scan(
     flat: Tensor, valid: Optional[Tensor], positives: SetPositives, edges: SegmentedEdges, layout: SetLayout
-) -> Tuple[DenseNegatives, Tensor]:
-    """As :func:`dense_scan`, the gaps found by the grid lookup, in chunks that each stay on one thread."""
-    lookup = GapLookup.build(edges.edges, edges.edges.new_zeros(()), flat.dtype, inclusive=edges.unit_step)
+) -> Tuple[ScanNegatives, Tensor]:
+    """As :func:`dense_scan`, the gaps found by the grid lookup, in chunks that each stay on one thread (and so
+    the gradient's pass, :meth:`alrp_d2.losses.negative_scan.ScanNegatives.relation_sums` with no offset)."""
+    no_offset = edges.edges.new_zeros(())
+    lookup = GapLookup.build(edges.edges, no_offset, flat.dtype, inclusive=edges.unit_step)
     device, total = flat.device, flat.numel()
     workspace = ScanWorkspace.allocate(min(total, CHUNK), lookup.edges.dtype, device)
     gaps = torch.empty(total, dtype=torch.int32, device=device)
@@ -72,7 +74,7 @@ def grid_scan(
     if valid is not None:
         scores = torch.where(take_rows(valid, positives.flat_index), scores, below_every_edge.double())
     _remove_positives(gaps, totals, positives._replace(scores=scores), edges, torch.ones_like(scores))
-    return DenseNegatives(flat, gaps, CHUNK), totals
+    return ScanNegatives(flat, no_offset, gaps), totals
 
 
 def dense_scan(

@@ -22,6 +22,7 @@ class SetLayout(NamedTuple):
         set_ids: (S,) int32, 0 to S - 1.
         positive_sets: (P,) int32, the set of every positive of this worker, in the order given (set by set).
         entry_counts, entry_starts: the entries of every set and the first of them, on the host.
+        widest: the largest number of positives of a set of this worker, on the host.
     """
 
     table: Tensor
@@ -30,6 +31,7 @@ class SetLayout(NamedTuple):
     positive_sets: Tensor
     entry_counts: List[int]
     entry_starts: List[int]
+    widest: int
 
     @staticmethod
     def of(entry_counts: List[int], positive_counts: List[int], device: torch.device) -> SetLayout:
@@ -45,6 +47,7 @@ class SetLayout(NamedTuple):
             torch.repeat_interleave(set_ids, table[1], output_size=sum(positive_counts)),
             entry_counts,
             starts[0],
+            max(positive_counts, default=0),
         )
 
     @property
