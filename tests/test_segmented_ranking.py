@@ -70,15 +70,16 @@ def test_chunks_of_7_logits_change_nothing(name, path, monkeypatch):
 
 
 @pytest.mark.parametrize("path", ["dense", "scan"])
-def test_sorting_relations_in_blocks_of_one_row_change_nothing(path, monkeypatch):
-    """Rank & Sort Loss's batch of the sets' matrices built a row of every set at a time."""
+@pytest.mark.parametrize("name", ["alrp", "rank_sort"])
+def test_relations_among_the_positives_in_blocks_of_one_row_change_nothing(name, path, monkeypatch):
+    """The matrix of every positive's relations to its set's positives built a row at a time."""
     sets = leaves(step_sets(3))
-    expected = one_call("rank_sort", sets, path=path)
+    expected = one_call(name, sets, path=path)
     monkeypatch.setattr(dense_relations, "BLOCK_ENTRIES", 1)
     blocked = leaves(sets)
-    terms = one_call("rank_sort", blocked, path=path)
-    weighted_backward(terms, LOSSES["rank_sort"][2], torch.ones(len(sets), dtype=torch.float64))
-    weighted_backward(expected, LOSSES["rank_sort"][2], torch.ones(len(sets), dtype=torch.float64))
+    terms = one_call(name, blocked, path=path)
+    weighted_backward(terms, LOSSES[name][2], torch.ones(len(sets), dtype=torch.float64))
+    weighted_backward(expected, LOSSES[name][2], torch.ones(len(sets), dtype=torch.float64))
     for field in terms._fields:
         assert_relative(getattr(terms, field), getattr(expected, field), 1e-12)
     for blocked_set, ranking_set in zip(blocked, sets):

@@ -14,7 +14,6 @@ from .input_checks import check_rank_sort_inputs, check_ranking_inputs
 from .ranking_path import RankingPath, choose_path
 from .relation_sums import PositiveRanking
 from .segmented_path import SegmentedPath
-from .serial_indexing import take_rows
 from .set_layout import SetLayout
 
 __all__ = ["RankingInputs", "RankingSet", "set_values"]
@@ -105,7 +104,7 @@ class RankingInputs(NamedTuple):
         positive_counts = [ranking_set.positive_index.numel() for ranking_set in sets]
         layout = SetLayout.of([ranking_set.logits.numel() for ranking_set in sets], positive_counts, device)
         positive_index = torch.cat([ranking_set.positive_index.reshape(-1) for ranking_set in sets])
-        positive_index = positive_index + take_rows(layout.table[2], layout.positive_sets)
+        positive_index = positive_index + layout.positive_rows[0]
         num_positives, exchange = exchange_checked(lambda: sum(positive_counts), device, group)
         chosen = SegmentedPath(layout, choose_path(path, device))
         return RankingInputs(logits, positive_index, _flat_valid(sets), num_positives, exchange, chosen)

@@ -11,9 +11,11 @@ table of the running counts of every set's lower and upper edges in the sorted o
 cumulative sums along its row, those over a set's positives differences of cumulative sums at its ends. The gaps of
 other sets' edges hold no value of set ``s`` and add nothing.
 
-The relations among the positives take the same gaps: the positives are sources in the gaps of their own set
-(``sum_k w_k H(q_k - q_i)`` from their gap totals, as the negatives'), O(P log P) work and no P x P matrix; Rank &
-Sort Loss's sorting relations are every set's own matrix, batched (:mod:`alrp_d2.losses.set_blocks`).
+The relations among the positives are, on the ``dense`` path, every positive's row of ``H(q_k - q_i)`` over its own
+set's positives (:class:`alrp_d2.losses.set_matrix.SetMatrix`: a constant number of operations, ``P width`` work for
+sets of at most ``width`` positives); on the ``scan`` path they take the gaps: the positives are sources in the gaps
+of their own set (``sum_k w_k H(q_k - q_i)`` from their gap totals, as the negatives'), O(P log P) work, and the
+matrix is built for Rank & Sort Loss's sorting relations alone.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ from torch import Tensor
 
 from .dense_relations import StepEdges
 from .serial_indexing import take_rows
-from .set_blocks import SetBlocks, SetSortingRelations
+from .set_layout import SetSpans
+from .set_matrix import SetMatrix, SetSortingRelations
 
 __all__ = ["SegmentedEdges", "set_mixing"]
 
@@ -53,11 +56,12 @@ class SegmentedEdges(StepEdges):
     Attributes:
         delta, scores, band_constant: as in ``DenseEdges``.
         edges: (2P,) the edges of all sets, ascending.
-        sets: (P,) the set of every positive; set_starts: (S,) the first position of every set.
-        set_counts: (S,) the positives of every set; widest: their largest number, on the host (None: not known
-            there, read from ``set_counts`` when the sorting relations need it).
+        sets: (P,) the set of every positive; spans: where every set's positives lie.
         query_gaps: (2, P) the gaps of ``q_i - delta`` and ``q_i + delta`` in the row of the positive's set.
-        positive_gaps: (P,) the gap of every positive's own score in the row of its set.
+        positive_gaps: (P,) the gap of every positive's own score in the row of its set (``scan``: the relations
+            among the positives by their gaps), or None (``dense``: by ``matrix``).
+        matrix: every positive's relations to its set's positives (``dense``), or None (``scan``: built for the
+            sorting relations).
         gap_ends: (3, S (2P + 1)) the positions one past the positives of the gap's set with the gap in their band,
             and fully below it, and the set's first position.
     """
@@ -67,43 +71,44 @@ class SegmentedEdges(StepEdges):
     edges: Tensor
     band_constant: Tensor
     sets: Tensor
-    set_starts: Tensor
-    set_counts: Tensor
-    widest: Optional[int]
+    spans: SetSpans
     query_gaps: Tensor
-    positive_gaps: Tensor
+    positive_gaps: Optional[Tensor]
+    matrix: Optional[SetMatrix]
     gap_ends: Tensor
 
     @staticmethod
-    def of(
-        sorted_scores: Tensor, sets: Tensor, set_starts: Tensor, set_counts: Tensor, widest: Optional[int], delta: float
-    ) -> SegmentedEdges:
-        """``sorted_scores`` (P,) float64 ascending within each set, ``sets`` (P,) ascending, ``set_starts`` and
-        ``set_counts`` (S,), ``widest`` as the attribute."""
-        num, num_sets = sorted_scores.numel(), set_starts.numel()
+    def of(sorted_scores: Tensor, sets: Tensor, spans: SetSpans, delta: float, batched: bool) -> SegmentedEdges:
+        """``sorted_scores`` (P,) float64 ascending within each set, ``sets`` (P,) ascending; ``batched``: the
+        relations among the positives by the sets' matrix (``dense``), else by their gaps (``scan``)."""
+        num, num_sets = sorted_scores.numel(), spans.starts.numel()
         width = 2 * num + 1
         bounds = torch.stack([sorted_scores - delta, sorted_scores + delta])
         edges, order = torch.sort(bounds.view(-1))
         # Group s: the lower edges of set s, S + s: its upper edges, 2 S + s: no edge (its first position alone).
-        groups = take_rows(torch.cat([sets, sets + num_sets]), order)
+        groups = take_rows(spans.edge_groups, order)
         running = torch.zeros(3 * num_sets, width, dtype=torch.long, device=edges.device)
         running[groups, torch.arange(1, width, device=edges.device)] = 1
         # [group, r]: the set's first position plus the group's edges among the first r. Gap r of a set holds values
         # only if e[r - 1] < e[r] (between tied edges no value fits): then its edges at or below e[r - 1] are the
         # first r, and the group's among them are the ends of the gap (the coefficients of empty gaps meet no value).
-        running = torch.cumsum(running, 1).add_(set_starts.repeat(3)[:, None])
-        positive_gaps = torch.searchsorted(edges, sorted_scores, right=delta == 0)
+        running = torch.cumsum(running, 1).view(3, num_sets, width).add_(spans.starts[:, None])
+        scaled = sorted_scores if delta == 0 else sorted_scores * (0.5 / delta)
+        matrix, positive_gaps = None, None
+        if batched:
+            matrix = SetMatrix(scaled, spans.bounds, spans.width(), delta)
+        else:
+            positive_gaps = torch.add(torch.searchsorted(edges, sorted_scores, right=delta == 0), sets, alpha=width)
         return SegmentedEdges(
             delta=delta,
             scores=sorted_scores,
             edges=edges,
-            band_constant=sorted_scores if delta == 0 else 0.5 - sorted_scores * (0.5 / delta),
+            band_constant=scaled if delta == 0 else 0.5 - scaled,
             sets=sets,
-            set_starts=set_starts,
-            set_counts=set_counts,
-            widest=widest,
+            spans=spans,
             query_gaps=torch.add(torch.searchsorted(edges, bounds), sets, alpha=width),
-            positive_gaps=torch.add(positive_gaps, sets, alpha=width),
+            positive_gaps=positive_gaps,
+            matrix=matrix,
             gap_ends=running.view(3, -1),
         )
 
@@ -113,7 +118,7 @@ class SegmentedEdges(StepEdges):
 
     @property
     def num_gaps(self) -> int:
-        return self.set_starts.numel() * self.gaps_per_set
+        return self.spans.starts.numel() * self.gaps_per_set
 
     def locate(self, values: Tensor, value_sets: Tensor, out: Optional[Tensor] = None) -> Tensor:
         """The gap (int32) of every float64 value of the set in ``value_sets``."""
@@ -122,7 +127,7 @@ class SegmentedEdges(StepEdges):
 
     def _rows(self, gap_values: Tensor) -> Tensor:
         """(R, S, 2P + 1): the (R, num_gaps) values by set."""
-        return gap_values.view(len(gap_values), self.set_starts.numel(), -1)
+        return gap_values.view(len(gap_values), self.spans.starts.numel(), -1)
 
     def sum_from_gap_totals(self, totals: Tensor) -> Tensor:
         """As ``DenseEdges.sum_from_gap_totals``, over the gaps of every positive's set."""
@@ -136,7 +141,10 @@ class SegmentedEdges(StepEdges):
 
     def positive_sums(self, weights: Optional[Tensor] = None) -> Tensor:
         """``sum_k w_k H(q_k - q_i)`` over the positives ``k`` of the set of every positive ``i`` (``k = i``
-        included; ``None``: all 1): the positives as sources in the gaps of their set."""
+        included; ``None``: all 1): by the sets' matrix, or with the positives as sources in the gaps of their set."""
+        if self.positive_gaps is None:
+            assert self.matrix is not None
+            return self.matrix.sums(weights)
         weight = torch.ones_like(self.scores) if weights is None else weights
         totals = self.scores.new_zeros(2, self.num_gaps)
         totals[0].index_add_(0, self.positive_gaps, weight)
@@ -153,6 +161,8 @@ class SegmentedEdges(StepEdges):
 
     def sorting_relations(self, targets: Tensor) -> SetSortingRelations:
         """Every set's relations among its positives by target and by score, for the (P,) float64 targets."""
-        widest = int(self.set_counts.max()) if self.widest is None else self.widest
-        blocks = SetBlocks.of(self.sets, self.set_starts, widest)
-        return SetSortingRelations(blocks, self.scores, self.delta, targets)
+        matrix = self.matrix
+        if matrix is None:
+            scaled = self.scores if self.unit_step else self.scores * (0.5 / self.delta)
+            matrix = SetMatrix(scaled, self.spans.bounds, self.spans.width(), self.delta)
+        return SetSortingRelations(matrix, targets)

@@ -44,7 +44,7 @@ def _remove_positives(
     totals[0].index_add_(0, positive_gaps, ones, alpha=-1)
     totals[1].index_add_(0, positive_gaps, positives.scores, alpha=-1)
     gaps.index_fill_(0, positives.flat_index, 0)
-    totals.view(2, edges.set_starts.numel(), -1)[:, :, 0] = 0.0
+    totals.view(2, edges.spans.starts.numel(), -1)[:, :, 0] = 0.0
 
 
 def grid_scan(
