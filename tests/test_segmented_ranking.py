@@ -51,39 +51,30 @@ def test_one_call_equals_the_per_set_calls(path, name, seed):
             assert_relative(sets[index].positive_values.grad, ranking_set.positive_values.grad, TOLERANCE)
 
 
+#: Smaller pieces of work that must change nothing: chunks of 7 logits that split every set (and, on the dense path,
+#: cross the sets' boundaries), and the matrix of every positive's relations to its set's positives a row at a time.
+SPLITS = {
+    "chunks of 7 logits": [(segmented_scan, "CHUNK", 7), (segmented_scan, "SET_CHUNK", 7)],
+    "blocks of one row": [(dense_relations, "BLOCK_ENTRIES", 1)],
+}
+
+
 @pytest.mark.parametrize("path", ["dense", "scan"])
 @pytest.mark.parametrize("name", ["alrp", "rank_sort"])
-def test_chunks_of_7_logits_change_nothing(name, path, monkeypatch):
-    """Chunks that split every set (and, on the dense path, cross the sets' boundaries)."""
+@pytest.mark.parametrize("split", sorted(SPLITS))
+def test_smaller_pieces_change_nothing(split, name, path, monkeypatch):
     sets = leaves(step_sets(4))
     expected = one_call(name, sets, path=path)
-    monkeypatch.setattr(segmented_scan, "CHUNK", 7)
-    monkeypatch.setattr(segmented_scan, "SET_CHUNK", 7)
-    chunked = leaves(sets)
-    terms = one_call(name, chunked, path=path)
+    for module, constant, value in SPLITS[split]:
+        monkeypatch.setattr(module, constant, value)
+    pieces = leaves(sets)
+    terms = one_call(name, pieces, path=path)
     weighted_backward(terms, LOSSES[name][2], torch.ones(len(sets), dtype=torch.float64))
     weighted_backward(expected, LOSSES[name][2], torch.ones(len(sets), dtype=torch.float64))
     for field in terms._fields:
         assert_relative(getattr(terms, field), getattr(expected, field), 1e-12)
-    for chunked_set, ranking_set in zip(chunked, sets):
-        assert_relative(chunked_set.logits.grad, ranking_set.logits.grad, 1e-12)
-
-
-@pytest.mark.parametrize("path", ["dense", "scan"])
-@pytest.mark.parametrize("name", ["alrp", "rank_sort"])
-def test_relations_among_the_positives_in_blocks_of_one_row_change_nothing(name, path, monkeypatch):
-    """The matrix of every positive's relations to its set's positives built a row at a time."""
-    sets = leaves(step_sets(3))
-    expected = one_call(name, sets, path=path)
-    monkeypatch.setattr(dense_relations, "BLOCK_ENTRIES", 1)
-    blocked = leaves(sets)
-    terms = one_call(name, blocked, path=path)
-    weighted_backward(terms, LOSSES[name][2], torch.ones(len(sets), dtype=torch.float64))
-    weighted_backward(expected, LOSSES[name][2], torch.ones(len(sets), dtype=torch.float64))
-    for field in terms._fields:
-        assert_relative(getattr(terms, field), getattr(expected, field), 1e-12)
-    for blocked_set, ranking_set in zip(blocked, sets):
-        assert_relative(blocked_set.logits.grad, ranking_set.logits.grad, 1e-12)
+    for piece_set, ranking_set in zip(pieces, sets):
+        assert_relative(piece_set.logits.grad, ranking_set.logits.grad, 1e-12)
 
 
 def test_sets_without_any_positive_give_connected_zeros():

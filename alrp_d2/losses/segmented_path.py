@@ -14,10 +14,12 @@ largest set's number of positives of all workers, on the host (one host synchron
 
 from __future__ import annotations
 
+from typing import Callable, Dict, Tuple
+
 import torch
 from torch import Tensor
 
-from .ranking_path import PathRelations, RankingPath, RankingRequest
+from .ranking_path import PathRelations, RankingNegatives, RankingPath, RankingRequest
 from .ranking_reduction import PerSet
 from .segmented_edges import SegmentedEdges
 from .segmented_scan import SetPositives, dense_scan, grid_scan
@@ -28,7 +30,7 @@ from .sorted_positives import SortedPositives, gathered_columns
 __all__ = ["SCANS", "SegmentedPath"]
 
 #: The pass over the logits of every path (:func:`alrp_d2.losses.ranking_path.choose_path`).
-SCANS = {"scan": grid_scan, "dense": dense_scan}
+SCANS: Dict[str, Callable[..., Tuple[RankingNegatives, Tensor]]] = {"scan": grid_scan, "dense": dense_scan}
 
 
 class SegmentedPath(RankingPath):
