@@ -22,16 +22,18 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Union
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from .dense_relations import StepEdges
+from .segmented_sorting import segmented_sorting_relations
 from .serial_indexing import take_rows
 from .set_layout import SetSpans
 from .set_matrix import SetMatrix, SetSortingRelations
+from .sorting_relations import SortingRelations
 
 __all__ = ["SegmentedEdges", "set_mixing"]
 
@@ -159,10 +161,8 @@ class SegmentedEdges(StepEdges):
         at_ends = torch.index_select(prefix, 1, self.gap_ends.view(-1))  # [column, (band, above, set start) x gap]
         return torch.mm(set_mixing(self.delta, prefix.device), at_ends.view(3 * len(columns), -1))
 
-    def sorting_relations(self, targets: Tensor) -> SetSortingRelations:
+    def sorting_relations(self, targets: Tensor) -> Union[SetSortingRelations, SortingRelations]:
         """Every set's relations among its positives by target and by score, for the (P,) float64 targets."""
-        matrix = self.matrix
-        if matrix is None:
-            scaled = self.scores if self.unit_step else self.scores * (0.5 / self.delta)
-            matrix = SetMatrix(scaled, self.spans.bounds, self.spans.width(), self.delta)
-        return SetSortingRelations(matrix, targets)
+        if self.matrix is None:
+            return segmented_sorting_relations(self.scores, targets, self.sets, self.spans, self.delta)
+        return SetSortingRelations(self.matrix, targets)
