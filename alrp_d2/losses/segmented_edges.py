@@ -14,8 +14,9 @@ other sets' edges hold no value of set ``s`` and add nothing.
 The relations among the positives are, on the ``dense`` path, every positive's row of ``H(q_k - q_i)`` over its own
 set's positives (:class:`alrp_d2.losses.set_matrix.SetMatrix`: a constant number of operations, ``P width`` work for
 sets of at most ``width`` positives); on the ``scan`` path they take the gaps: the positives are sources in the gaps
-of their own set (``sum_k w_k H(q_k - q_i)`` from their gap totals, as the negatives'), O(P log P) work, and the
-matrix is built for Rank & Sort Loss's sorting relations alone.
+of their own set (``sum_k w_k H(q_k - q_i)`` from their gap totals, as the negatives'), O(P log P) work, and Rank &
+Sort Loss's sorting relations are one pass of the wavelet trees over blocks of sets
+(:mod:`alrp_d2.losses.segmented_sorting`).
 """
 
 from __future__ import annotations
@@ -62,8 +63,7 @@ class SegmentedEdges(StepEdges):
         query_gaps: (2, P) the gaps of ``q_i - delta`` and ``q_i + delta`` in the row of the positive's set.
         positive_gaps: (P,) the gap of every positive's own score in the row of its set (``scan``: the relations
             among the positives by their gaps), or None (``dense``: by ``matrix``).
-        matrix: every positive's relations to its set's positives (``dense``), or None (``scan``: built for the
-            sorting relations).
+        matrix: every positive's relations to its set's positives (``dense``), or None (``scan``).
         gap_ends: (3, S (2P + 1)) the positions one past the positives of the gap's set with the gap in their band,
             and fully below it, and the set's first position.
     """
