@@ -18,7 +18,7 @@ from torch import Tensor
 
 from .serial_indexing import take_rows
 from .set_layout import SetSpans
-from .sorting_relations import SortingRelations, TargetOrderTree
+from .sorting_relations import SortingRelations, TargetOrderTree, score_cuts
 
 __all__ = ["SetOrderTree", "segmented_sorting_relations"]
 
@@ -73,11 +73,7 @@ def segmented_sorting_relations(
     descending = take_rows(ascending, spans.bounds[0] + spans.bounds[1] - 1 - position)
     ranks_in_order = _within_set_ranks(take_rows(targets, ascending), spans.bounds)
     ranks = torch.empty_like(ranks_in_order).scatter_(1, ascending.expand(2, -1), ranks_in_order)
-    smooth = delta > 0
-    band_start = torch.searchsorted(global_scores, scores - delta)
-    band_end = torch.searchsorted(global_scores, scores + delta, right=smooth)
-    source_start = torch.searchsorted(global_scores, scores - delta, right=not smooth)
-    source_end = torch.searchsorted(global_scores, scores + delta, right=True)
+    query_cuts, source_cuts = score_cuts(global_scores, scores, delta)
     return SortingRelations(
         scores=scores,
         targets=targets,
@@ -88,6 +84,6 @@ def segmented_sorting_relations(
         ),
         num_smaller=ranks[0],
         num_not_larger=ranks[1],
-        query_cuts=torch.stack([band_start, band_end, torch.full_like(band_end, num)], 1),
-        source_cuts=torch.stack([source_start, source_end], 1),
+        query_cuts=query_cuts,
+        source_cuts=source_cuts,
     )

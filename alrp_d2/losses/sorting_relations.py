@@ -48,7 +48,7 @@ from torch import Tensor
 
 from .serial_indexing import take_rows
 
-__all__ = ["SortingRelations", "TargetOrderTree"]
+__all__ = ["SortingRelations", "TargetOrderTree", "score_cuts"]
 
 
 class TargetOrderTree:
@@ -123,6 +123,22 @@ class TargetOrderTree:
         return total
 
 
+def score_cuts(sorted_scores: Tensor, scores: Tensor, delta: float) -> Tuple[Tensor, Tensor]:
+    """The :attr:`SortingRelations.query_cuts` (P, 3) and ``source_cuts`` (P, 2) of the (P,) ``scores``: score
+    positions among the ascending ``sorted_scores`` (those of every positive)."""
+    smooth = delta > 0
+    # Query i: H(s_k - s_i) = 1 for s_k > s_i + delta, linear for s_k in [s_i - delta, s_i + delta];
+    # with the unit step, 1 for s_k >= s_i (an empty band at the first tie of s_i).
+    band_start = torch.searchsorted(sorted_scores, scores - delta)
+    band_end = torch.searchsorted(sorted_scores, scores + delta, right=smooth)
+    # Source k: H(s_k - s_i) = 1 for s_i < s_k - delta, linear for s_i in the band; with the
+    # unit step, 1 for s_i <= s_k.
+    source_start = torch.searchsorted(sorted_scores, scores - delta, right=not smooth)
+    source_end = torch.searchsorted(sorted_scores, scores + delta, right=True)
+    query_cuts = torch.stack([band_start, band_end, torch.full_like(band_end, sorted_scores.numel())], 1)
+    return query_cuts, torch.stack([source_start, source_end], 1)
+
+
 @dataclass(frozen=True)
 class SortingRelations:
     """The positives of one ranking related by target and by score.
@@ -153,15 +169,7 @@ class SortingRelations:
     def build(scores: Tensor, targets: Tensor, delta: float) -> SortingRelations:
         """``scores``: (P,) ascending float64; ``targets``: (P,) of the same positives; ``delta`` >= 0."""
         sorted_targets, order = torch.sort(targets, stable=True)
-        smooth = delta > 0
-        # Query i: H(s_k - s_i) = 1 for s_k > s_i + delta, linear for s_k in [s_i - delta, s_i + delta];
-        # with the unit step, 1 for s_k >= s_i (an empty band at the first tie of s_i).
-        band_start = torch.searchsorted(scores, scores - delta)
-        band_end = torch.searchsorted(scores, scores + delta, right=smooth)
-        # Source k: H(s_k - s_i) = 1 for s_i < s_k - delta, linear for s_i in the band; with the
-        # unit step, 1 for s_i <= s_k.
-        source_start = torch.searchsorted(scores, scores - delta, right=not smooth)
-        source_end = torch.searchsorted(scores, scores + delta, right=True)
+        query_cuts, source_cuts = score_cuts(scores, scores, delta)
         return SortingRelations(
             scores=scores,
             targets=targets,
@@ -170,8 +178,8 @@ class SortingRelations:
             descending=TargetOrderTree(torch.flip(order, [0])),
             num_smaller=torch.searchsorted(sorted_targets, targets),
             num_not_larger=torch.searchsorted(sorted_targets, targets, right=True),
-            query_cuts=torch.stack([band_start, band_end, torch.full_like(band_end, scores.numel())], 1),
-            source_cuts=torch.stack([source_start, source_end], 1),
+            query_cuts=query_cuts,
+            source_cuts=source_cuts,
         )
 
     @property
