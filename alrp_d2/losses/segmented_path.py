@@ -7,11 +7,11 @@ with another set's, and every set gets its own losses (:class:`alrp_d2.losses.ra
 The relations among the positives are every positive's row over its own set's positives on the ``dense`` path, and
 those of their gaps in their own set's row and the wavelet trees over blocks of sets on the ``scan`` path
 (:mod:`alrp_d2.losses.segmented_edges`): the work grows with the sets' own sizes, not with the step's number of
-positives squared. The negatives find their gaps by
-the grid lookup on the ``scan`` path (the CPU's: one host synchronisation) or by ``searchsorted`` on the ``dense`` one
-(a constant number of operations whatever the number of sets, no host synchronisation of its own). A global ranking
-exchanges the numbers of positives once for all sets; the ``dense`` path's rows then read their width, the largest
-set's number of positives of all workers, on the host (one host synchronisation more)."""
+positives squared. The negatives find their gaps by the grid lookup on the ``scan`` path (the CPU's: one host
+synchronisation) or by ``searchsorted`` on the ``dense`` one (a constant number of operations whatever the number of
+sets, no host synchronisation of its own). A global ranking exchanges the numbers of positives once for all sets; the
+``dense`` path's rows then read their width, the largest set's number of positives of all workers, on the host (one
+host synchronisation more)."""
 
 from __future__ import annotations
 
