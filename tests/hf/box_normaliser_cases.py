@@ -9,7 +9,7 @@ per matched pair) on every side of a comparison."""
 
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 from unittest import mock
 
 import torch
@@ -52,10 +52,14 @@ def leaf_names(name: str) -> Dict[str, str]:
     return {**OUTPUTS, **CORNERS} if name == "d_fine" else OUTPUTS
 
 
-def loss_inputs(name: str) -> Dict[str, Any]:
-    """The inputs of the tiny model ``name``'s loss function from one training forward of the fixed batch."""
+def loss_inputs(name: str, images: slice = WHOLE_BATCH) -> Dict[str, Any]:
+    """The inputs of the tiny model ``name``'s loss function from one training forward of ``images`` of the fixed
+    batch."""
+    batch = fixed_batch(BATCH_SIZE)
     with torch.no_grad():
-        outputs = seeded_forward(tiny_detr(name), fixed_batch(BATCH_SIZE))
+        outputs = seeded_forward(
+            tiny_detr(name), {"pixel_values": batch["pixel_values"][images], "labels": batch["labels"][images]}
+        )
     fields = {**leaf_names(name), **(REFERENCE_POINTS if name == "d_fine" else {})}
     inputs = {argument: getattr(outputs, field) for argument, field in fields.items()}
     return {**inputs, "denoising_meta_values": outputs.denoising_meta_values}
@@ -75,16 +79,20 @@ def is_rescaled(model: Any, key: str) -> bool:
     return key.split("_aux")[0].split("_dn")[0] in terms
 
 
-def box_terms(name: str, inputs: Dict[str, Any], images: slice, box_normaliser: str) -> Dict[str, torch.Tensor]:
+def box_terms(
+    name: str, inputs: Dict[str, Any], images: slice, box_normaliser: str, label_images: Optional[slice] = None
+) -> Dict[str, torch.Tensor]:
     """The box terms of the model's loss function on ``images`` of ``inputs`` (float64), ``box_terms="model"`` and
-    ``box_normaliser``: every key's value, and the gradients of the rescaled ones (``grad.{key}.{input}``)."""
+    ``box_normaliser``: every key's value, and the gradients of the rescaled ones (``grad.{key}.{input}``). The
+    labels: ``label_images`` of the fixed batch (None: ``images``)."""
     model = use_ranking_loss(
         tiny_detr(name), set_prediction_criterion("RankSortCriterion"), box_terms="model", box_normaliser=box_normaliser
     )
     leaves = {argument: inputs[argument][images].double().requires_grad_(True) for argument in leaf_names(name)}
     meta = inputs["denoising_meta_values"]
     meta = {**meta, "dn_positive_idx": meta["dn_positive_idx"][images]}
-    labels = [{**label, "boxes": label["boxes"].double()} for label in fixed_batch(BATCH_SIZE)["labels"][images]]
+    labels = fixed_batch(BATCH_SIZE)["labels"][images if label_images is None else label_images]
+    labels = [{**label, "boxes": label["boxes"].double()} for label in labels]
     constants = {argument: inputs[argument][images].double() for argument in REFERENCE_POINTS if argument in inputs}
     last_logits, last_boxes = leaves["outputs_class"][:, -1], leaves["outputs_coord"][:, -1]
     with mock.patch.object(loss_d_fine, "translate_gt", float32_translate_gt):
@@ -140,3 +148,31 @@ def check_worker(name: str, images: slice, expected: Dict[str, torch.Tensor], in
         elif key not in rescaled:  # normalised otherwise: left as it is
             assert torch.equal(value, model_normalised[key]), (name, key)
     assert_fails_by(broken, f"{name}: the model's own normaliser")
+
+
+def check_own_denoising_groups(name: str, images: slice) -> None:
+    """On a worker of ``images`` with its own training forward (its own denoising groups ``g_w``: 2 and 1 objects
+    give 4 and 8 groups): with ``box_normaliser="global"`` the rescaled denoising terms' gradients are the model's
+    times ``d_w W / D``, ``d_w = t_w g_w`` the worker's denoising pairs, ``D`` their sum over the workers; with the
+    targets' factor ``t_w W / N`` they differ (the twin)."""
+    world_size = dist.get_world_size()
+    inputs = loss_inputs(name, images)
+    result, model_normalised = (
+        box_terms(name, inputs, slice(0, 1), normaliser, label_images=images) for normaliser in ("global", "model")
+    )
+    targets = len(fixed_batch(BATCH_SIZE)["labels"][images][0]["class_labels"])
+    local = torch.tensor([targets, targets * inputs["denoising_meta_values"]["dn_num_group"]], dtype=torch.float64)
+    groups = [torch.zeros(2, dtype=torch.float64) for _ in range(world_size)]
+    dist.all_gather(groups, local)
+    assert len({float(g[1] / g[0]) for g in groups}) == world_size, groups  # each worker its own groups
+    total = torch.stack(groups).sum(0)
+    pairs_factor, targets_factor = local[1] * world_size / total[1], local[0] * world_size / total[0]
+    denoising = [key for key in result if key.startswith("grad.") and "_dn_" in key]
+    assert len(denoising) >= 2, sorted(result)
+    broken = 0.0
+    for key in denoising:
+        expected = model_normalised[key] * pairs_factor
+        assert_close_float64(result[key], expected, msg=lambda message, key=key: f"{name} {key}: {message}")
+        atol = FLOAT64_RTOL * expected.abs().max().item() + FLOAT64_ATOL
+        broken = max(broken, difference_in_tolerances(model_normalised[key] * targets_factor, expected, atol))
+    assert_fails_by(broken, f"{name}: the targets' factor on the denoising sets")

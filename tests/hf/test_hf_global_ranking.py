@@ -11,7 +11,8 @@ tests/float64_tolerance.py):
 * D-FINE with its own box terms (``box_terms="model"``) in eval mode: the ranking terms of every set (its box terms
   keep HF's per-worker normaliser);
 * RT-DETR v2's and D-FINE's own box terms with ``box_normaliser="global"`` on the outputs of one training forward:
-  the rescaled terms' gradients and values (tests/hf/box_normaliser_cases.py, ``check_worker``).
+  the rescaled terms' gradients and values (tests/hf/box_normaliser_cases.py, ``check_worker``), and on each worker's
+  own forward (its own denoising groups) the denoising terms' factor (``check_own_denoising_groups``).
 """
 
 from __future__ import annotations
@@ -122,6 +123,7 @@ def worker(
     assert_equal(rt_detr, expected_rt_detr, "rt_detr")
     for name, case in cases.items():
         box_normaliser_cases.check_worker(name, images, case["expected"], case["inputs"])
+        box_normaliser_cases.check_own_denoising_groups(name, images)
 
 
 def test_two_workers_rank_and_normalise_as_one_process():
