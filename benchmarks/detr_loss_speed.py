@@ -25,7 +25,17 @@ negative is relevant). Every row computes the losses of all 13 layers and their 
 * ``BRL RS``: BRS-DETR's per-layer loss with BRL's ``BucketedRankSort`` at delta 0.5 on the (B * Q * C) targets with
   the matched pairs' IoUs, and the same value-balanced box terms as ours (loaded at run time from ``--brl-repo`` or
   ``$BRL_REPO``; left out without it);
-* ``... + match``: the row with the 7 matchings of the step.
+* ``... + match``: the row with the 7 matchings of the step;
+* ``HF loss fn``: what an RT-DETR model trained by its own loss runs, transformers' ``RTDetrForObjectDetectionLoss``
+  on the step laid out as the model's forward hands it (the denoising queries in front of each decoder layer's, the
+  encoder's top-k, ``denoising_meta_values``): its matchings, varifocal and box losses;
+* ``ours RS model``: what ``use_ranking_loss(model, RankSortCriterion(delta=0.5, loc_error_kind="giou"),
+  box_terms="model")`` runs on the same call (``RankingLossFunction``): HF's loss function as it is, then every set
+  matched again and ranked in place of its varifocal term.
+
+The ``ours RS`` / ``ours aLRP`` rows time ``SetRankingLoss`` with its own box terms (the modes other than
+``box_terms="model"``, and ``HuggingFaceDETR``'s); ``ours RS model`` the model's own loss with the ranking in place of
+its classification term.
 
 Time: every row once as warm-up, then the rows take turns in one process (a change of the machine's load hits all
 alike); the medians of ``--repeats`` rounds of the wall-clock time and of the process's CPU time. On a machine shared
@@ -48,6 +58,7 @@ from torch import Tensor
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from alrp_d2.criteria import RankSortCriterion  # noqa: E402
 from alrp_d2.detr import SetRankingLoss, set_prediction_criterion  # noqa: E402
 from alrp_d2.detr.matched_queries import matched_queries, pair_box_losses  # noqa: E402
 from benchmarks.loss_speed import load_average, set_threads, synchronise  # noqa: E402
@@ -106,16 +117,65 @@ def make_step(batch: int, queries: int, dn_queries: int, device: str, seed: int 
 
 
 def hf_matcher_and_losses():
-    """transformers' RT-DETR matcher, and its RT-DETR loss (varifocal) and Deformable-DETR loss (focal) modules with
-    their default configurations (RT-DETR's own focal path, ``RTDetrLoss.loss_labels_focal``, fails in transformers
-    5.23: it passes integer targets to ``binary_cross_entropy_with_logits``)."""
+    """transformers' RT-DETR config, matcher, and its RT-DETR loss (varifocal) and Deformable-DETR loss (focal)
+    modules with their default configurations (RT-DETR's own focal path, ``RTDetrLoss.loss_labels_focal``, fails in
+    transformers 5.23: it passes integer targets to ``binary_cross_entropy_with_logits``)."""
     from transformers import RTDetrConfig
     from transformers.loss.loss_deformable_detr import DeformableDetrImageLoss
     from transformers.loss.loss_rt_detr import RTDetrHungarianMatcher, RTDetrLoss
 
-    config = RTDetrConfig(num_labels=NUM_CLASSES)
+    config = RTDetrConfig(num_labels=NUM_CLASSES, decoder_layers=DECODER_LAYERS)
     focal = DeformableDetrImageLoss(None, NUM_CLASSES, 0.25, ["labels", "boxes"])
-    return RTDetrHungarianMatcher(config), RTDetrLoss(config), focal
+    return config, RTDetrHungarianMatcher(config), RTDetrLoss(config), focal
+
+
+def model_loss_runner(step: Step, loss_function: Callable, config) -> Callable:
+    """Forward and backward of an RT-DETR ``loss_function`` (HF's call) on ``step`` laid out as the model's forward
+    hands it: each decoder layer's denoising queries in front of its matching ones, the encoder's top-k apart."""
+    dn = step.denoising[0][0].shape[1]
+    queries = step.matched[0][0].shape[1]
+    meta = {
+        "dn_positive_idx": [positions for positions, _ in step.dn_indices],
+        "dn_num_group": step.dn_groups,
+        "dn_num_split": [dn, queries],
+    }
+    layers = list(zip(step.denoising, step.matched[:DECODER_LAYERS]))
+    encoder_logits, encoder_boxes = step.matched[DECODER_LAYERS]
+
+    def run() -> None:
+        classes = torch.stack([torch.cat([dn_logits, logits], 1) for (dn_logits, _), (logits, _) in layers], 1)
+        coords = torch.stack([torch.cat([dn_boxes, boxes], 1) for (_, dn_boxes), (_, boxes) in layers], 1)
+        loss, _, _ = loss_function(
+            classes[:, -1],
+            step.targets,
+            classes.device,
+            coords[:, -1],
+            config,
+            classes,
+            coords,
+            enc_topk_logits=encoder_logits,
+            enc_topk_bboxes=encoder_boxes,
+            denoising_meta_values=meta,
+        )
+        loss.backward()
+        for logits, boxes in step.matched + step.denoising:
+            logits.grad = boxes.grad = None
+
+    return run
+
+
+def model_loss_functions(config) -> Dict[str, Callable]:
+    """HF's RT-DETR loss function, and ours with Rank & Sort Loss in place of its varifocal term
+    (``use_ranking_loss(model, RankSortCriterion(delta=0.5, loc_error_kind="giou"), box_terms="model")``)."""
+    from transformers.loss.loss_rt_detr import RTDetrForObjectDetectionLoss
+
+    from alrp_d2.detr.hf_families import LOSS_FAMILIES
+    from alrp_d2.detr.hf_loss_function import RankingLossFunction
+
+    ranking = SetRankingLoss(RankSortCriterion(delta=0.5, loc_error_kind="giou"), box_terms="model")
+    loss_type = "RTDetrForObjectDetection"
+    ours = RankingLossFunction(ranking, LOSS_FAMILIES[loss_type], loss_type, config)
+    return {"HF loss fn": RTDetrForObjectDetectionLoss, "ours RS model": ours}
 
 
 def hf_layer_loss(criterion, labels: str, weights: Dict[str, float]) -> LayerLoss:
@@ -203,7 +263,8 @@ def main() -> None:
     if args.brl_repo is not None and not os.path.isfile(os.path.join(args.brl_repo, RANKING_LOSSES_FILE)):
         parser.error(f"BRL repository {args.brl_repo} has no {RANKING_LOSSES_FILE}")
     set_threads()
-    matcher, varifocal, focal = hf_matcher_and_losses()
+    config, matcher, varifocal, focal = hf_matcher_and_losses()
+    model_losses = model_loss_functions(config)
     losses: Dict[str, LayerLoss] = {
         "ours RS": ours_layer_loss(SetRankingLoss(set_prediction_criterion("RankSortCriterion"))),
         "ours aLRP": ours_layer_loss(SetRankingLoss(set_prediction_criterion("AlrpCriterion"), box_terms="own")),
@@ -232,6 +293,8 @@ def main() -> None:
             runs[name] = step_runner(step, layer_loss, None, indices)
         for name in ("ours RS", "HF VFL"):
             runs[f"{name} + match"] = step_runner(step, losses[name], matcher, indices)
+        for name, loss_function in model_losses.items():
+            runs[name] = model_loss_runner(step, loss_function, config)
         times = median_times(runs, args.repeats, args.device)
         column = 0 if args.device == "cuda" else 1
         dn = step.denoising[0][0].shape[1]
@@ -240,9 +303,14 @@ def main() -> None:
             print(f"| {batch} | {queries} + {dn} | {name} | {wall:.3f} | {cpu:.3f} | {ratio:.2f}x |")
         brl = f"{times['BRL RS'][column] / times['ours RS'][column]:.2f}x" if "BRL RS" in times else "not run"
         ratio = times["ours RS + match"][column] / times["HF VFL + match"][column]
-        summary = f"BRL RS / ours RS {brl}; (ours RS + match) / (HF VFL + match) {ratio:.2f}x"
+        model = times["ours RS model"][column] / times["HF loss fn"][column]
+        summary = (
+            f"BRL RS / ours RS {brl}; (ours RS + match) / (HF VFL + match) {ratio:.2f}x; "
+            f"ours RS model / HF loss fn {model:.2f}x"
+        )
         print(f"| {batch} | {queries} + {dn} | {summary} | | | |")
         sys.stdout.flush()
+    print(f"load average at the end {load_average()}")
 
 
 if __name__ == "__main__":
