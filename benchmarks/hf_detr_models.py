@@ -19,6 +19,15 @@ import torch
 
 NUM_CLASSES = 80
 NUM_QUERIES = 300
+#: What the two small recipes share: the encoder's hidden expansion, the decoder's depth, the queries and classes, and
+#: BatchNorm statistics trained.
+SMALL_RECIPE: Dict[str, Any] = {
+    "hidden_expansion": 0.5,
+    "decoder_layers": 3,
+    "num_queries": NUM_QUERIES,
+    "num_labels": NUM_CLASSES,
+    "freeze_backbone_batch_norms": False,
+}
 
 
 def rtdetr_v2_r18() -> Any:
@@ -30,15 +39,7 @@ def rtdetr_v2_r18() -> Any:
         layer_type="basic",
         out_features=["stage2", "stage3", "stage4"],
     )
-    config = RTDetrV2Config(
-        backbone_config=backbone,
-        encoder_in_channels=[128, 256, 512],
-        hidden_expansion=0.5,
-        decoder_layers=3,
-        num_queries=NUM_QUERIES,
-        num_labels=NUM_CLASSES,
-        freeze_backbone_batch_norms=False,
-    )
+    config = RTDetrV2Config(backbone_config=backbone, encoder_in_channels=[128, 256, 512], **SMALL_RECIPE)
     return RTDetrV2ForObjectDetection(config)
 
 
@@ -59,13 +60,9 @@ def dfine_s() -> Any:
     config = DFineConfig(
         backbone_config=backbone,
         encoder_in_channels=[256, 512, 1024],
-        hidden_expansion=0.5,
         depth_mult=0.34,
-        decoder_layers=3,
         decoder_n_points=[3, 6, 3],
-        num_queries=NUM_QUERIES,
-        num_labels=NUM_CLASSES,
-        freeze_backbone_batch_norms=False,
+        **SMALL_RECIPE,
     )
     return DFineForObjectDetection(config)
 
