@@ -33,6 +33,11 @@ negative is relevant). Every row computes the losses of all 13 layers and their 
   box_terms="model")`` runs on the same call (``RankingLossFunction``): HF's loss function as it is, then every set
   matched again and ranked in place of its varifocal term.
 
+Then the small models of ``benchmarks/hf_detr_models.py`` (``--models``: RT-DETR v2 R18 and D-FINE-S, random init,
+``--model-scale`` images:px, 4:640 by default): the loss of one step on the predictions of one forward pass (the
+same for both rows), the model's own loss function vs ``ours RS model`` (Rank & Sort Loss with the model's own box
+terms), matchings included.
+
 The ``ours RS`` / ``ours aLRP`` rows time ``SetRankingLoss`` with its own box terms (the modes other than
 ``box_terms="model"``, and ``HuggingFaceDETR``'s); ``ours RS model`` the model's own loss with the ranking in place of
 its classification term.
@@ -61,6 +66,7 @@ sys.path.insert(0, ROOT)
 from alrp_d2.criteria import RankSortCriterion  # noqa: E402
 from alrp_d2.detr import SetRankingLoss, set_prediction_criterion  # noqa: E402
 from alrp_d2.detr.matched_queries import matched_queries, pair_box_losses  # noqa: E402
+from benchmarks.hf_detr_models import MODELS  # noqa: E402
 from benchmarks.loss_speed import load_average, set_threads, synchronise  # noqa: E402
 from benchmarks.reference_losses import RANKING_LOSSES_FILE, load_reference  # noqa: E402
 
@@ -95,16 +101,22 @@ def _layer(batch: int, queries: int, gen: torch.Generator, device: str) -> Tuple
     return logits.to(device).requires_grad_(True), boxes.to(device).requires_grad_(True)
 
 
-def make_step(batch: int, queries: int, dn_queries: int, device: str, seed: int = 0) -> Step:
-    gen = torch.Generator().manual_seed(seed)
+def make_targets(batch: int, gen: torch.Generator, device: str) -> List[Dict[str, Tensor]]:
+    """1 to ``MAX_TARGETS`` targets an image (HF's ``class_labels`` and normalised cx, cy, w, h ``boxes``)."""
     counts = torch.randint(1, MAX_TARGETS + 1, (batch,), generator=gen).tolist()
-    targets = [
+    return [
         {
             "class_labels": torch.randint(0, NUM_CLASSES, (count,), generator=gen).to(device),
             "boxes": _boxes(count, gen).to(device),
         }
         for count in counts
     ]
+
+
+def make_step(batch: int, queries: int, dn_queries: int, device: str, seed: int = 0) -> Step:
+    gen = torch.Generator().manual_seed(seed)
+    targets = make_targets(batch, gen, device)
+    counts = [len(target["class_labels"]) for target in targets]
     slot = 2 * max(counts)
     groups = max(1, dn_queries // slot)
     dn_indices = [
@@ -162,6 +174,40 @@ def model_loss_runner(step: Step, loss_function: Callable, config) -> Callable:
             logits.grad = boxes.grad = None
 
     return run
+
+
+def model_runner(loss_function: Callable, arguments: Tuple, keywords: Dict) -> Callable:
+    """Forward and backward of a model's ``loss_function`` on its captured call (``hf_detr_models.loss_call``)."""
+    leaves = [value for value in list(arguments) + list(keywords.values()) if isinstance(value, Tensor)]
+
+    def run() -> None:
+        loss_function(*arguments, **keywords)[0].backward()
+        for leaf in leaves:
+            leaf.grad = None
+
+    return run
+
+
+def model_rows(name: str, scale: str, repeats: int, device: str) -> None:
+    """The loss of one training step of the small model ``name`` (``benchmarks/hf_detr_models.py``) on ``scale``
+    (images:px): its own loss function vs Rank & Sort Loss with its own box terms, on the predictions of one forward
+    pass from random init (the same for both), the matchings included."""
+    from alrp_d2.detr import use_ranking_loss
+    from benchmarks.hf_detr_models import loss_call
+
+    images, size = (int(value) for value in scale.split(":"))
+    targets = make_targets(images, torch.Generator().manual_seed(0), device)
+    model, arguments, keywords = loss_call(name, targets, size, device)
+    own = model.loss_function
+    ranking = use_ranking_loss(model, RankSortCriterion(delta=0.5, loc_error_kind="giou"), box_terms="model")
+    runs = {"own": model_runner(own, arguments, keywords)}
+    runs["ours RS model"] = model_runner(ranking.loss_function, arguments, keywords)
+    times = median_times(runs, repeats, device)
+    column = 0 if device == "cuda" else 1
+    ratio = times["ours RS model"][column] / times["own"][column]
+    seconds = " | ".join(f"{value:.3f}" for row in ("own", "ours RS model") for value in times[row])
+    print(f"| {name} | {images} x {size} | {seconds} | {ratio:.2f}x |")
+    sys.stdout.flush()
 
 
 def model_loss_functions(config) -> Dict[str, Callable]:
@@ -257,6 +303,8 @@ def main() -> None:
     parser.add_argument("--scales", nargs="+", default=SCALES, help="B:Q, images per worker and queries")
     parser.add_argument("--dn-queries", type=int, default=200, help="denoising queries (at most)")
     parser.add_argument("--repeats", type=int, default=5, help="timed rounds (median reported)")
+    parser.add_argument("--models", nargs="*", default=list(MODELS), choices=list(MODELS), help="small HF models")
+    parser.add_argument("--model-scale", default="4:640", help="images:px of the models' step")
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda needs a CUDA device")
@@ -310,6 +358,14 @@ def main() -> None:
         )
         print(f"| {batch} | {queries} + {dn} | {summary} | | | |")
         sys.stdout.flush()
+    if args.models:
+        print(
+            "\n| model | images x px | own loss: wall (s) | own loss: CPU (s) | ours RS model: wall (s) "
+            "| ours RS model: CPU (s) | ours / own |"
+        )
+        print("|---|---|---|---|---|---|---|")
+    for name in args.models:
+        model_rows(name, args.model_scale, args.repeats, args.device)
     print(f"load average at the end {load_average()}")
 
 

@@ -71,7 +71,7 @@ EXTRA_BENCHMARKS: Tuple[Tuple[str, str, int, Options, Options], ...] = (
         "benchmarks/detr_loss_speed.py",
         120,
         (),
-        (("--quick",), ("--scales", "4:300"), ("--repeats", "1")),
+        (("--quick",), ("--scales", "4:300"), ("--repeats", "1"), ("--model-scale", "1:128")),
     ),
     (
         "DETR training iteration, RT-DETR v2 R18 and D-FINE-S (`benchmarks/train_iter.py --pairs`)",

@@ -13,7 +13,7 @@ let the activations explode.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Tuple
 
 import torch
 
@@ -99,3 +99,29 @@ def hf_batch(images: List[Dict[str, Any]], size: int) -> Dict[str, Any]:
         boxes = torch.stack([(x0 + x1) / 2, (y0 + y1) / 2, x1 - x0, y1 - y0], 1).to(pixels.device)
         labels.append({"class_labels": instances.gt_classes.to(pixels.device), "boxes": boxes})
     return {"pixel_values": pixels, "labels": labels}
+
+
+def loss_call(name: str, labels: List[Dict[str, torch.Tensor]], size: int, device: str) -> Tuple[Any, Tuple, Dict]:
+    """The model ``name`` (random init, training mode) and the arguments its forward hands its loss function on
+    ``len(labels)`` random images of ``size`` x ``size`` px with ``labels``: its predictions (every floating-point
+    tensor) as leaves that require grad, so that a loss function's forward and backward can be timed alone."""
+    torch.manual_seed(0)
+    model = MODELS[name]().to(device).train()
+    own = model.loss_function
+    captured: Dict[str, Any] = {}
+
+    def record(*args: Any, **kwargs: Any) -> Any:
+        captured.update(args=args, kwargs=kwargs)
+        return own(*args, **kwargs)
+
+    model.loss_function = record
+    with torch.no_grad():
+        model(pixel_values=torch.rand(len(labels), 3, size, size, device=device), labels=labels)
+    model.loss_function = own
+
+    def leaf(value: Any) -> Any:
+        is_prediction = isinstance(value, torch.Tensor) and value.is_floating_point()
+        return value.detach().clone().requires_grad_(True) if is_prediction else value
+
+    arguments = tuple(leaf(value) for value in captured["args"])
+    return model, arguments, {key: leaf(value) for key, value in captured["kwargs"].items()}
