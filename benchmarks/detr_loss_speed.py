@@ -26,7 +26,22 @@ negative is relevant). Every row computes the losses of all 13 layers and their 
 * ``BRL RS``: BRS-DETR's per-layer loss with BRL's ``BucketedRankSort`` at delta 0.5 on the (B * Q * C) targets with
   the matched pairs' IoUs, and the same value-balanced box terms as ours (loaded at run time from ``--brl-repo`` or
   ``$BRL_REPO``; left out without it);
-* ``... + match``: the row with the 7 matchings of the step.
+* ``... + match``: the row with the 7 matchings of the step;
+* ``HF loss fn``: what an RT-DETR model trained by its own loss runs, transformers' ``RTDetrForObjectDetectionLoss``
+  on the step laid out as the model's forward hands it (the denoising queries in front of each decoder layer's, the
+  encoder's top-k, ``denoising_meta_values``): its matchings, varifocal and box losses;
+* ``ours RS model``: what ``use_ranking_loss(model, RankSortCriterion(delta=0.5, loc_error_kind="giou"),
+  box_terms="model")`` runs on the same call (``RankingLossFunction``): HF's loss function as it is, then every set
+  matched again and ranked in place of its varifocal term.
+
+Then the small models of ``benchmarks/hf_detr_models.py`` (``--models``: RT-DETR v2 R18 and D-FINE-S, random init,
+``--model-scale`` images:px, 4:640 by default): the loss of one step on the predictions of one forward pass (the
+same for both rows), the model's own loss function vs ``ours RS model`` (Rank & Sort Loss with the model's own box
+terms), matchings included.
+
+The ``ours RS`` / ``ours aLRP`` rows time ``SetRankingLoss`` with its own box terms (the modes other than
+``box_terms="model"``, and ``HuggingFaceDETR``'s); ``ours RS model`` the model's own loss with the ranking in place of
+its classification term.
 
 Time: every row once as warm-up, then the rows take turns in one process (a change of the machine's load hits all
 alike); the medians of ``--repeats`` rounds of the wall-clock time and of the process's CPU time. On a machine shared
@@ -49,8 +64,10 @@ from torch import Tensor
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from alrp_d2.criteria import RankSortCriterion  # noqa: E402
 from alrp_d2.detr import MatchedSet, SetRankingLoss, set_prediction_criterion  # noqa: E402
 from alrp_d2.detr.matched_queries import matched_queries, pair_box_losses  # noqa: E402
+from benchmarks.hf_detr_models import MODELS  # noqa: E402
 from benchmarks.loss_speed import load_average, set_threads, synchronise  # noqa: E402
 from benchmarks.reference_losses import RANKING_LOSSES_FILE, load_reference  # noqa: E402
 
@@ -88,16 +105,22 @@ def _layer(batch: int, queries: int, gen: torch.Generator, device: str) -> Tuple
     return logits.to(device).requires_grad_(True), boxes.to(device).requires_grad_(True)
 
 
-def make_step(batch: int, queries: int, dn_queries: int, device: str, seed: int = 0) -> Step:
-    gen = torch.Generator().manual_seed(seed)
+def make_targets(batch: int, gen: torch.Generator, device: str) -> List[Dict[str, Tensor]]:
+    """1 to ``MAX_TARGETS`` targets an image (HF's ``class_labels`` and normalised cx, cy, w, h ``boxes``)."""
     counts = torch.randint(1, MAX_TARGETS + 1, (batch,), generator=gen).tolist()
-    targets = [
+    return [
         {
             "class_labels": torch.randint(0, NUM_CLASSES, (count,), generator=gen).to(device),
             "boxes": _boxes(count, gen).to(device),
         }
         for count in counts
     ]
+
+
+def make_step(batch: int, queries: int, dn_queries: int, device: str, seed: int = 0) -> Step:
+    gen = torch.Generator().manual_seed(seed)
+    targets = make_targets(batch, gen, device)
+    counts = [len(target["class_labels"]) for target in targets]
     slot = 2 * max(counts)
     groups = max(1, dn_queries // slot)
     dn_indices = [
@@ -110,16 +133,99 @@ def make_step(batch: int, queries: int, dn_queries: int, device: str, seed: int 
 
 
 def hf_matcher_and_losses():
-    """transformers' RT-DETR matcher, and its RT-DETR loss (varifocal) and Deformable-DETR loss (focal) modules with
-    their default configurations (RT-DETR's own focal path, ``RTDetrLoss.loss_labels_focal``, fails in transformers
-    5.23: it passes integer targets to ``binary_cross_entropy_with_logits``)."""
+    """transformers' RT-DETR config, matcher, and its RT-DETR loss (varifocal) and Deformable-DETR loss (focal)
+    modules with their default configurations (RT-DETR's own focal path, ``RTDetrLoss.loss_labels_focal``, fails in
+    transformers 5.23: it passes integer targets to ``binary_cross_entropy_with_logits``)."""
     from transformers import RTDetrConfig
     from transformers.loss.loss_deformable_detr import DeformableDetrImageLoss
     from transformers.loss.loss_rt_detr import RTDetrHungarianMatcher, RTDetrLoss
 
-    config = RTDetrConfig(num_labels=NUM_CLASSES)
+    config = RTDetrConfig(num_labels=NUM_CLASSES, decoder_layers=DECODER_LAYERS)
     focal = DeformableDetrImageLoss(None, NUM_CLASSES, 0.25, ["labels", "boxes"])
-    return RTDetrHungarianMatcher(config), RTDetrLoss(config), focal
+    return config, RTDetrHungarianMatcher(config), RTDetrLoss(config), focal
+
+
+def model_loss_runner(step: Step, loss_function: Callable, config) -> Callable:
+    """Forward and backward of an RT-DETR ``loss_function`` (HF's call) on ``step`` laid out as the model's forward
+    hands it: each decoder layer's denoising queries in front of its matching ones, the encoder's top-k apart."""
+    dn = step.denoising[0][0].shape[1]
+    queries = step.matched[0][0].shape[1]
+    meta = {
+        "dn_positive_idx": [positions for positions, _ in step.dn_indices],
+        "dn_num_group": step.dn_groups,
+        "dn_num_split": [dn, queries],
+    }
+    layers = list(zip(step.denoising, step.matched[:DECODER_LAYERS]))
+    encoder_logits, encoder_boxes = step.matched[DECODER_LAYERS]
+
+    def run() -> None:
+        classes = torch.stack([torch.cat([dn_logits, logits], 1) for (dn_logits, _), (logits, _) in layers], 1)
+        coords = torch.stack([torch.cat([dn_boxes, boxes], 1) for (_, dn_boxes), (_, boxes) in layers], 1)
+        loss, _, _ = loss_function(
+            classes[:, -1],
+            step.targets,
+            classes.device,
+            coords[:, -1],
+            config,
+            classes,
+            coords,
+            enc_topk_logits=encoder_logits,
+            enc_topk_bboxes=encoder_boxes,
+            denoising_meta_values=meta,
+        )
+        loss.backward()
+        for logits, boxes in step.matched + step.denoising:
+            logits.grad = boxes.grad = None
+
+    return run
+
+
+def model_runner(loss_function: Callable, arguments: Tuple, keywords: Dict) -> Callable:
+    """Forward and backward of a model's ``loss_function`` on its captured call (``hf_detr_models.loss_call``)."""
+    leaves = [value for value in list(arguments) + list(keywords.values()) if isinstance(value, Tensor)]
+
+    def run() -> None:
+        loss_function(*arguments, **keywords)[0].backward()
+        for leaf in leaves:
+            leaf.grad = None
+
+    return run
+
+
+def model_rows(name: str, scale: str, repeats: int, device: str) -> None:
+    """The loss of one training step of the small model ``name`` (``benchmarks/hf_detr_models.py``) on ``scale``
+    (images:px): its own loss function vs Rank & Sort Loss with its own box terms, on the predictions of one forward
+    pass from random init (the same for both), the matchings included."""
+    from alrp_d2.detr import use_ranking_loss
+    from benchmarks.hf_detr_models import loss_call
+
+    images, size = (int(value) for value in scale.split(":"))
+    targets = make_targets(images, torch.Generator().manual_seed(0), device)
+    model, arguments, keywords = loss_call(name, targets, size, device)
+    own = model.loss_function
+    ranking = use_ranking_loss(model, RankSortCriterion(delta=0.5, loc_error_kind="giou"), box_terms="model")
+    runs = {"own": model_runner(own, arguments, keywords)}
+    runs["ours RS model"] = model_runner(ranking.loss_function, arguments, keywords)
+    times = median_times(runs, repeats, device)
+    column = 0 if device == "cuda" else 1
+    ratio = times["ours RS model"][column] / times["own"][column]
+    seconds = " | ".join(f"{value:.3f}" for row in ("own", "ours RS model") for value in times[row])
+    print(f"| {name} | {images} x {size} | {seconds} | {ratio:.2f}x |")
+    sys.stdout.flush()
+
+
+def model_loss_functions(config) -> Dict[str, Callable]:
+    """HF's RT-DETR loss function, and ours with Rank & Sort Loss in place of its varifocal term
+    (``use_ranking_loss(model, RankSortCriterion(delta=0.5, loc_error_kind="giou"), box_terms="model")``)."""
+    from transformers.loss.loss_rt_detr import RTDetrForObjectDetectionLoss
+
+    from alrp_d2.detr.hf_families import LOSS_FAMILIES
+    from alrp_d2.detr.hf_loss_function import RankingLossFunction
+
+    ranking = SetRankingLoss(RankSortCriterion(delta=0.5, loc_error_kind="giou"), box_terms="model")
+    loss_type = "RTDetrForObjectDetection"
+    ours = RankingLossFunction(ranking, LOSS_FAMILIES[loss_type], loss_type, config)
+    return {"HF loss fn": RTDetrForObjectDetectionLoss, "ours RS model": ours}
 
 
 def hf_layer_loss(criterion, labels: str, weights: Dict[str, float]) -> LayerLoss:
@@ -218,13 +324,16 @@ def main() -> None:
     parser.add_argument("--scales", nargs="+", default=SCALES, help="B:Q, images per worker and queries")
     parser.add_argument("--dn-queries", type=int, default=200, help="denoising queries (at most)")
     parser.add_argument("--repeats", type=int, default=5, help="timed rounds (median reported)")
+    parser.add_argument("--models", nargs="*", default=list(MODELS), choices=list(MODELS), help="small HF models")
+    parser.add_argument("--model-scale", default="4:640", help="images:px of the models' step")
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda needs a CUDA device")
     if args.brl_repo is not None and not os.path.isfile(os.path.join(args.brl_repo, RANKING_LOSSES_FILE)):
         parser.error(f"BRL repository {args.brl_repo} has no {RANKING_LOSSES_FILE}")
     set_threads()
-    matcher, varifocal, focal = hf_matcher_and_losses()
+    config, matcher, varifocal, focal = hf_matcher_and_losses()
+    model_losses = model_loss_functions(config)
     rank_sort = SetRankingLoss(set_prediction_criterion("RankSortCriterion"))
     alrp = SetRankingLoss(set_prediction_criterion("AlrpCriterion"), box_terms="own")
     losses: Dict[str, StepLoss] = {
@@ -259,6 +368,8 @@ def main() -> None:
             runs[name] = step_runner(step, step_loss, None, indices)
         for name in ("ours RS", "HF VFL"):
             runs[f"{name} + match"] = step_runner(step, losses[name], matcher, indices)
+        for name, loss_function in model_losses.items():
+            runs[name] = model_loss_runner(step, loss_function, config)
         times = median_times(runs, args.repeats, args.device)
         column = 0 if args.device == "cuda" else 1
         dn = step.denoising[0][0].shape[1]
@@ -267,9 +378,22 @@ def main() -> None:
             print(f"| {batch} | {queries} + {dn} | {name} | {wall:.3f} | {cpu:.3f} | {ratio:.2f}x |")
         brl = f"{times['BRL RS'][column] / times['ours RS'][column]:.2f}x" if "BRL RS" in times else "not run"
         ratio = times["ours RS + match"][column] / times["HF VFL + match"][column]
-        summary = f"BRL RS / ours RS {brl}; (ours RS + match) / (HF VFL + match) {ratio:.2f}x"
+        model = times["ours RS model"][column] / times["HF loss fn"][column]
+        summary = (
+            f"BRL RS / ours RS {brl}; (ours RS + match) / (HF VFL + match) {ratio:.2f}x; "
+            f"ours RS model / HF loss fn {model:.2f}x"
+        )
         print(f"| {batch} | {queries} + {dn} | {summary} | | | |")
         sys.stdout.flush()
+    if args.models:
+        print(
+            "\n| model | images x px | own loss: wall (s) | own loss: CPU (s) | ours RS model: wall (s) "
+            "| ours RS model: CPU (s) | ours / own |"
+        )
+        print("|---|---|---|---|---|---|---|")
+    for name in args.models:
+        model_rows(name, args.model_scale, args.repeats, args.device)
+    print(f"load average at the end {load_average()}")
 
 
 if __name__ == "__main__":

@@ -15,8 +15,9 @@ call carries it):
    ``--build-ops`` they are built with all cores (``MAX_JOBS``) for the GPU's architecture; if the build fails or
    outlasts its time, the run goes on without them and the report says so.
 4. ``benchmarks/gpu_report.py`` with every section, against the official loops and BRL from ``references/`` in the
-   bundle; then ``benchmarks/op_count.py``, ``benchmarks/segmented_speed.py`` and ``benchmarks/detr_loss_speed.py``
-   where the checkout has them.
+   bundle; then ``benchmarks/op_count.py``, ``benchmarks/segmented_speed.py``, ``benchmarks/detr_loss_speed.py`` and
+   ``benchmarks/train_iter.py``'s RT-DETR v2 R18 and D-FINE-S pairs (4 images of 640 px) where the checkout has them
+   (the DETR ones need the machine's scipy and transformers: the bundle does not carry them).
 
 Writes ``report.md`` (one markdown report: the machine, the install, then each benchmark's output), ``device_run.log``
 (every command's output) and ``environment.txt`` into ``--out`` (default ``$OUT``, else ``output/device_run``). Each
@@ -53,21 +54,31 @@ REQUIREMENTS = os.path.join(ROOT, "benchmarks", "device_requirements.txt")
 DETECTRON2_ARCHIVE = "detectron2-02b5c4e.tar.gz"
 #: gpu_report.py's option -> the folder of references/ in the bundle (benchmarks/reference_losses.py's checkouts).
 REFERENCE_OPTIONS = {"--official-repo": "aLRPLoss", "--ranksort-repo": "RankSortLoss", "--brl-repo": "BRL"}
-#: benchmarks run after the report where the checkout has them: (title, script, seconds at most, the options added
-#: with --quick where the script has them).
-EXTRA_BENCHMARKS: Tuple[Tuple[str, str, int, Tuple[Tuple[str, ...], ...]], ...] = (
-    ("Operations per call (`benchmarks/op_count.py`)", "benchmarks/op_count.py", 45, (("--cases", "32768:500"),)),
+Options = Tuple[Tuple[str, ...], ...]
+#: benchmarks run after the report where the checkout has them: (title, script, seconds at most, the options always
+#: added, the options added after them with --quick; each option only where the script has it).
+EXTRA_BENCHMARKS: Tuple[Tuple[str, str, int, Options, Options], ...] = (
+    ("Operations per call (`benchmarks/op_count.py`)", "benchmarks/op_count.py", 45, (), (("--cases", "32768:500"),)),
     (
         "A step's sets in one call (`benchmarks/segmented_speed.py`)",
         "benchmarks/segmented_speed.py",
         90,
+        (),
         (("--sets", "5"), ("--repeats", "1")),
     ),
     (
         "DETR losses (`benchmarks/detr_loss_speed.py`)",
         "benchmarks/detr_loss_speed.py",
         120,
-        (("--quick",), ("--scales", "4:300"), ("--repeats", "1")),
+        (),
+        (("--quick",), ("--scales", "4:300"), ("--repeats", "1"), ("--model-scale", "1:128")),
+    ),
+    (
+        "DETR training iteration, RT-DETR v2 R18 and D-FINE-S (`benchmarks/train_iter.py --pairs`)",
+        "benchmarks/train_iter.py",
+        60,
+        (("--pairs", "rtdetr_v2_r18_rank_sort", "dfine_s_rank_sort"), ("--batch", "4"), ("--size", "640")),
+        (("--batch", "1"), ("--size", "128"), ("--objects", "3"), ("--warmup", "0"), ("--iters", "1")),
     ),
 )
 _MISSING_MODULE = re.compile(r"^ModuleNotFoundError: No module named '([^']+)'", re.MULTILINE)
@@ -250,7 +261,7 @@ def make_plan(args: argparse.Namespace, work: str, python: Tuple[int, int] = sys
     argv = [sys.executable, os.path.join(ROOT, "benchmarks", "gpu_report.py"), "--device", args.device]
     argv += (["--quick", "--repeats", "1"] if args.quick else []) + references + ["--output", report]
     benchmarks = [Step("`benchmarks/gpu_report.py`", argv, timeout=0, output=report)]
-    for title, script, seconds, quick_options in EXTRA_BENCHMARKS:
+    for title, script, seconds, options, quick_options in EXTRA_BENCHMARKS:
         path = os.path.join(ROOT, script)
         if not os.path.isfile(path):
             notes.append(f"{script}: not in this checkout, not run")
@@ -258,8 +269,8 @@ def make_plan(args: argparse.Namespace, work: str, python: Tuple[int, int] = sys
         argv = [sys.executable, path]
         if script_supports(path, "--device"):
             argv += ["--device", args.device]
-        if args.quick:
-            argv += [word for option in quick_options if script_supports(path, option[0]) for word in option]
+        added = options + (quick_options if args.quick else ())
+        argv += [word for option in added if script_supports(path, option[0]) for word in option]
         if script_supports(path, "--brl-repo") and os.path.isdir(os.path.join(bundle, "references", "BRL")):
             argv += ["--brl-repo", os.path.join(bundle, "references", "BRL")]
         benchmarks.append(Step(title, argv, timeout=seconds))

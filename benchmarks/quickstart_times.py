@@ -41,6 +41,7 @@ QUICKSTARTS = (
     "rs_mask_rcnn_switch_shapes.py",
     "rtdetr_shapes.py",
     "deformable_detr_shapes.py",
+    "dfine_shapes.py",
 )
 WARMUP_ITERS = 5
 INFERENCE_TIME = re.compile(r"Total inference time: (\d+):(\d+):(\d+(?:\.\d+)?)")

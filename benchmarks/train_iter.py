@@ -16,7 +16,12 @@ for Faster R-CNN, sampling) differs:
   its own varifocal loss; two-stage Deformable-DETR R50 with Rank & Sort Loss
   (``deformable_detr_two_stage_R_50_12ep_rank_sort.py``) vs its own focal loss. Every decoder layer, the denoising
   queries and the encoder's proposals are matched and ranked (the matching, scipy's Hungarian algorithm on the CPU, is
-  part of both sides' step); ``--depth`` does not apply to them.
+  part of both sides' step); ``--depth`` does not apply to them;
+* Hugging Face's models built directly from their configs (``benchmarks/hf_detr_models.py``): RT-DETR v2 R18
+  (``rtdetr_v2_r18_rank_sort``) and D-FINE-S (``dfine_s_rank_sort``), 80 classes, 300 queries, each trained by
+  Rank & Sort Loss with its own box terms (``use_ranking_loss(model, RankSortCriterion(delta=0.5,
+  loc_error_kind="giou"), box_terms="model")``) vs the same model with its own loss (varifocal; D-FINE's also FGL and
+  DDF), through ``model(pixel_values=..., labels=...)``; ``--depth`` does not apply to them.
 
 An iteration is forward, backward and an SGD step on a batch already in memory (no data
 loading). The two models of a pair alternate iteration by iteration so that both see the same
@@ -27,6 +32,7 @@ expensive case for the ranking losses.
 
     python benchmarks/train_iter.py                                  # CPU: batch 2 at 512 px
     python benchmarks/train_iter.py --device cuda --batch 32 --iters 20
+    python benchmarks/train_iter.py --pairs rtdetr_v2_r18_rank_sort dfine_s_rank_sort --batch 4 --size 640
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ import os
 import statistics
 import sys
 import time
-from typing import Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Tuple, Union
 
 import torch
 
@@ -49,6 +55,8 @@ from detectron2.structures import Boxes, Instances  # noqa: E402
 from detectron2.utils.events import EventStorage  # noqa: E402
 
 from alrp_d2.config import setup_cfg  # noqa: E402
+from benchmarks import hf_detr_models  # noqa: E402
+from benchmarks.loss_speed import load_average  # noqa: E402
 
 #: The DETR pairs: the ranking recipe, compared with the same model trained by its own loss.
 DETR_PAIRS: Dict[str, str] = {
@@ -57,6 +65,9 @@ DETR_PAIRS: Dict[str, str] = {
     "deformable_rank_sort": "COCO-Detection/deformable_detr_two_stage_R_50_12ep_rank_sort.py",
 }
 DETR_NUM_CLASSES = 80
+#: Hugging Face's models, with Rank & Sort Loss and their own box terms vs their own loss: the pair -> the model of
+#: benchmarks/hf_detr_models.py.
+HF_PAIRS: Dict[str, str] = {"rtdetr_v2_r18_rank_sort": "rtdetr_v2_r18", "dfine_s_rank_sort": "dfine_s"}
 
 
 def to_focal_retinanet(cfg: CfgNode) -> None:
@@ -132,17 +143,33 @@ def make_batches(count: int, batch: int, size: int, num_classes: int, objects: i
     return batches
 
 
-def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: List[Dict], device: str) -> float:
+def loss_of(model: torch.nn.Module, batch: Union[List[Dict], Dict[str, Any]]) -> torch.Tensor:
+    """The training loss of ``batch``: a detectron2 model's sum of losses, a Hugging Face model's ``loss`` (the
+    batch its keyword arguments)."""
+    if isinstance(batch, dict):
+        return model(**batch).loss
+    return sum(model(batch).values())
+
+
+def train_step(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batch: Any,
+    device: str,
+    clock: Callable[[], float] = time.perf_counter,
+) -> float:
+    """The seconds of one iteration by ``clock`` (wall-clock by default; ``time.process_time``: the process's CPU
+    time, which a shared machine's load moves less)."""
     if device == "cuda":
         torch.cuda.synchronize()
-    start = time.perf_counter()
-    losses = model(batch)
+    start = clock()
+    loss = loss_of(model, batch)
     optimizer.zero_grad()
-    sum(losses.values()).backward()
+    loss.backward()
     optimizer.step()
     if device == "cuda":
         torch.cuda.synchronize()
-    return time.perf_counter() - start
+    return clock() - start
 
 
 def detr_models(name: str, device: str) -> List[torch.nn.Module]:
@@ -161,7 +188,9 @@ def detr_models(name: str, device: str) -> List[torch.nn.Module]:
 
 
 def benchmark_pair(name: str, args: argparse.Namespace) -> Tuple[float, float]:
-    if name in DETR_PAIRS:
+    if name in HF_PAIRS:
+        models, classes = hf_detr_models.ranking_and_own(HF_PAIRS[name], args.device), hf_detr_models.NUM_CLASSES
+    elif name in DETR_PAIRS:
         models, classes = detr_models(name, args.device), DETR_NUM_CLASSES
     else:
         config, to_baseline = PAIRS[name]
@@ -171,12 +200,16 @@ def benchmark_pair(name: str, args: argparse.Namespace) -> Tuple[float, float]:
         torch.manual_seed(0)
         models, classes = [build_model(alrp_cfg).train(), build_model(baseline_cfg).train()], num_classes(alrp_cfg)
     optimizers = [torch.optim.SGD(m.parameters(), lr=1e-4, momentum=0.9) for m in models]
-    batches = make_batches(args.warmup + args.iters, args.batch, args.size, classes, args.objects, args.device)
+    count = args.warmup + args.iters
+    batches: List[Any] = make_batches(count, args.batch, args.size, classes, args.objects, args.device)
+    if name in HF_PAIRS:
+        batches = [hf_detr_models.hf_batch(batch, args.size) for batch in batches]
     times: List[List[float]] = [[], []]
+    clock = time.process_time if getattr(args, "clock", "wall") == "cpu" else time.perf_counter
     with EventStorage():
         for step, batch in enumerate(batches):
             for index, (model, optimizer) in enumerate(zip(models, optimizers)):
-                elapsed = train_step(model, optimizer, batch, args.device)
+                elapsed = train_step(model, optimizer, batch, args.device, clock)
                 if step >= args.warmup:
                     times[index].append(elapsed)
     return statistics.median(times[0]), statistics.median(times[1])
@@ -185,7 +218,7 @@ def benchmark_pair(name: str, args: argparse.Namespace) -> Tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    choices = list(PAIRS) + list(DETR_PAIRS)
+    choices = list(PAIRS) + list(DETR_PAIRS) + list(HF_PAIRS)
     parser.add_argument("--pairs", nargs="+", default=list(PAIRS), choices=choices, help="default: all but the DETRs")
     parser.add_argument("--batch", type=int, default=2, help="images per iteration")
     parser.add_argument("--size", type=int, default=512, help="square input size (SSD training size)")
@@ -193,19 +226,26 @@ def main() -> None:
     parser.add_argument("--depth", type=int, default=50, help="ResNet depth of the shared backbone")
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--iters", type=int, default=8)
+    parser.add_argument(
+        "--clock", default="wall", choices=["wall", "cpu"], help="cpu: the process's CPU time (on a CPU, one thread)"
+    )
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda needs a CUDA device")
+    if args.device == "cuda" and args.clock == "cpu":
+        parser.error("--clock cpu times the host only: --device cuda takes --clock wall")
 
     print(
         f"device {args.device}, torch {torch.__version__}, threads {torch.get_num_threads()}, "
-        f"R{args.depth}-FPN, batch {args.batch} x {args.size}^2, {args.objects} objects/image, "
-        f"median of {args.iters} iterations after {args.warmup} warm-up"
+        f"R{args.depth}-FPN (detectron2 pairs), batch {args.batch} x {args.size}^2, {args.objects} objects/image, "
+        f"median of {args.iters} iterations after {args.warmup} warm-up, {args.clock} time, "
+        f"load average {load_average()}"
     )
-    print(f"{'model':<20} | {'ranking (s/it)':>14} | {'baseline (s/it)':>15} | {'ratio':>6}")
+    print(f"{'model':<24} | {'ranking (s/it)':>14} | {'baseline (s/it)':>15} | {'ratio':>6}")
     for name in args.pairs:
         ranking_time, baseline_time = benchmark_pair(name, args)
-        print(f"{name:<20} | {ranking_time:>14.3f} | {baseline_time:>15.3f} | {ranking_time / baseline_time:>5.2f}x")
+        print(f"{name:<24} | {ranking_time:>14.3f} | {baseline_time:>15.3f} | {ranking_time / baseline_time:>5.2f}x")
+    print(f"load average at the end {load_average()}")
 
 
 if __name__ == "__main__":

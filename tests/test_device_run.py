@@ -121,9 +121,10 @@ def test_plan_builds_the_operators_and_runs_the_other_benchmarks(tmp_path, monke
     bundle = stand_in_bundle(tmp_path, references=("BRL",))
     bare_machine(monkeypatch)
     script = tmp_path / "op_count.py"
-    script.write_text('parser.add_argument("--device")\nparser.add_argument("--scales")\n')
-    quick_options = (("--quick",), ("--scales", "4:300"))
-    extra = (("ops", str(script), 30, quick_options), ("absent", "absent.py", 30, ()))
+    script.write_text('parser.add_argument("--device")\nparser.add_argument("--scales")\n"--pairs" "--batch"\n')
+    options = (("--pairs", "a", "b"), ("--batch", "4"), ("--absent",))
+    quick_options = (("--quick",), ("--scales", "4:300"), ("--batch", "1"))
+    extra = (("ops", str(script), 30, options, quick_options), ("absent", "absent.py", 30, (), ()))
     monkeypatch.setattr(device_run, "EXTRA_BENCHMARKS", extra)
     plan = device_run.make_plan(plan_args(bundle, build_ops=True), str(tmp_path / "work"), python=(3, 11))
 
@@ -132,11 +133,12 @@ def test_plan_builds_the_operators_and_runs_the_other_benchmarks(tmp_path, monke
     assert plan.build.env["MAX_JOBS"] == str(os.cpu_count())
     report, ops = plan.benchmarks
     assert "--quick" not in report.argv and "--official-repo" not in report.argv and "--brl-repo" in report.argv
-    assert ops.argv[1:] == [str(script), "--device", "cpu"] and ops.timeout == 30
+    assert ops.argv[1:] == [str(script), "--device", "cpu", "--pairs", "a", "b", "--batch", "4"] and ops.timeout == 30
     assert any("aLRPLoss does not exist" in note for note in plan.notes)
     assert "absent.py: not in this checkout, not run" in plan.notes
     quick = device_run.make_plan(plan_args(bundle, quick=True), str(tmp_path / "work"), python=(3, 11))
-    assert quick.benchmarks[1].argv[1:] == [str(script), "--device", "cpu", "--scales", "4:300"]  # it has no --quick
+    quick_argv = [str(script), "--device", "cpu", "--pairs", "a", "b", "--batch", "4", "--scales", "4:300", "--batch"]
+    assert quick.benchmarks[1].argv[1:] == quick_argv + ["1"]  # it has no --quick; the later --batch wins
 
 
 def test_plan_names_what_the_bundle_lacks(tmp_path, monkeypatch):

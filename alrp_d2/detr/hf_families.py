@@ -21,6 +21,8 @@ from transformers.loss.loss_for_object_detection import HungarianMatcher
 from transformers.loss.loss_lw_detr import LwDetrHungarianMatcher
 from transformers.loss.loss_rt_detr import RTDetrHungarianMatcher, RTDetrLoss
 
+from .box_normaliser import BoxNormalisation
+
 __all__ = ["LOSS_FAMILIES", "LossFamily", "SetPrediction"]
 
 Targets = Sequence[Dict[str, Tensor]]
@@ -147,6 +149,20 @@ def detr_sets(
     return sets
 
 
+#: RT-DETR (v1, v2): L1 and GIoU divided by the worker's targets (its denoising pairs).
+RT_DETR_BOXES = BoxNormalisation(("loss_bbox", "loss_giou"))
+#: D-FINE: also FGL (its ``avg_factor``); DDF is a mean over the worker's queries, left as it is.
+D_FINE_BOXES = BoxNormalisation(("loss_bbox", "loss_giou", "loss_fgl"))
+#: LW-DETR, RF-DETR: the targets are all-reduced (``clamp(N / W, min=1)``, times ``group_detr``): nothing rescaled.
+ALL_WORKERS_BOXES = BoxNormalisation()
+#: Deformable, Conditional, DAB-DETR, DETR, YOLOS (HF's ``ImageLoss``): refused.
+IMAGE_LOSS_BOXES = BoxNormalisation(
+    unsupported="HF's ImageLoss divides the box terms by the worker's own targets, but once accelerate's "
+    "PartialState is initialised (HF's Trainer) by accelerate's mean of the targets over the workers divided by the "
+    "world size again, a normaliser the loss call does not show"
+)
+
+
 class LossFamily(NamedTuple):
     """What the loss function of one family of HF models computes.
 
@@ -158,6 +174,7 @@ class LossFamily(NamedTuple):
         positional: the names of the arguments after ``outputs_coord`` that the model passes by position.
         ranked_sets: the sets of the own-box-term modes; None: only ``box_terms="model"``.
         scores: what is ranked of a set's logits; None: the logits (sigmoid classes).
+        box_normalisation: how its own loss normalises its box terms, of a config (``box_normaliser="global"``).
     """
 
     model_sets: SetsFunction
@@ -167,6 +184,18 @@ class LossFamily(NamedTuple):
     positional: Tuple[str, ...] = ()
     ranked_sets: Optional[SetsFunction] = None
     scores: Optional[Callable[[Tensor], Tensor]] = None
+    box_normalisation: Callable[[Any], BoxNormalisation] = lambda config: IMAGE_LOSS_BOXES
+
+
+def _deimv2_boxes(config: Any) -> BoxNormalisation:
+    """D-FINE's, but with ``config.use_dense_one_to_one``: refused."""
+    if not config.use_dense_one_to_one:
+        return D_FINE_BOXES
+    return BoxNormalisation(
+        unsupported="DEIMv2's dense one-to-one matching (config.use_dense_one_to_one) divides its box terms by the "
+        "union of every layer's matches on the worker, which its loss does not return (with use_dense_one_to_one "
+        "False its loss is D-FINE's)"
+    )
 
 
 def no_object_log_odds(logits: Tensor) -> Tensor:
@@ -199,6 +228,7 @@ RT_DETR = LossFamily(
     RTDetrHungarianMatcher,
     "loss_vfl",
     ranked_sets=ranked_rt_detr_sets,
+    box_normalisation=lambda config: RT_DETR_BOXES,
 )
 DEFORMABLE_DETR = LossFamily(
     detr_sets, _deformable_matcher, "loss_ce", _detr_weights, ranked_sets=ranked_deformable_detr_sets
@@ -210,6 +240,7 @@ LW_DETR = LossFamily(
     "loss_ce",
     _lw_detr_weights,
     positional=("enc_outputs_class", "enc_outputs_coord"),
+    box_normalisation=lambda config: ALL_WORKERS_BOXES,
 )
 #: DETR, YOLOS, Table Transformer (``loss_type`` "ForObjectDetection"): a softmax with a no-object class.
 SOFTMAX_DETR = LossFamily(
@@ -224,12 +255,16 @@ LOSS_FAMILIES: Dict[str, LossFamily] = {
     "RTDetrForObjectDetection": RT_DETR,
     "RTDetrV2ForObjectDetection": RT_DETR,
     "DFineForObjectDetection": LossFamily(
-        functools.partial(real_time_detr_sets, clamp=True), RTDetrHungarianMatcher, "loss_vfl"
+        functools.partial(real_time_detr_sets, clamp=True),
+        RTDetrHungarianMatcher,
+        "loss_vfl",
+        box_normalisation=lambda config: D_FINE_BOXES,
     ),
     "Deimv2ForObjectDetection": LossFamily(
         functools.partial(real_time_detr_sets, clamp=True, split_without_auxiliary=False),
         RTDetrHungarianMatcher,
         "loss_mal",
+        box_normalisation=_deimv2_boxes,
     ),
     "DeformableDetrForObjectDetection": DEFORMABLE_DETR,
     "ConditionalDetrForObjectDetection": CONDITIONAL_DETR,

@@ -30,6 +30,7 @@ from transformers.loss.loss_utils import LOSS_MAPPING
 from transformers.models.deformable_detr.modeling_deformable_detr import DeformableDetrObjectDetectionOutput
 
 from ..criteria import RankingCriterion
+from .box_normaliser import BoxNormalisation, globally_normalised, split_key
 from .hf_families import LOSS_FAMILIES, LossCall, LossFamily, SetPrediction
 from .labels_check import check_labels
 from .set_ranking_loss import MatchedSet, SetRankingLoss
@@ -71,9 +72,11 @@ class RankingLossFunction:
 
     ``box_terms="model"``: ``loss_dict`` is the model's own, its classification keys replaced by ``loss_rank`` with
     the same suffixes (and ``loss_corr`` with ``corr_weight``); ``loss`` sums the model's weighted box terms and the
-    ranking terms. Other modes: every set of :attr:`LossFamily.ranked_sets` is matched by the model's matcher and
-    ranked by :attr:`loss` with its box terms, under the set's suffix; ``loss`` is the sum of all of them (HF's
-    RT-DETR loss drops every key missing from its weight dict: here nothing is dropped).
+    ranking terms; with ``box_normaliser="global"`` the box terms the model divides by the worker's own targets
+    rescaled to the targets of all workers (:mod:`.box_normaliser`). Other modes: every set of
+    :attr:`LossFamily.ranked_sets` is matched by the model's matcher and ranked by :attr:`loss` with its box terms,
+    under the set's suffix; ``loss`` is the sum of all of them (HF's RT-DETR loss drops every key missing from its
+    weight dict: here nothing is dropped).
     """
 
     def __init__(self, loss: SetRankingLoss, family: LossFamily, loss_type: str, config: Any):
@@ -123,6 +126,11 @@ class RankingLossFunction:
         ranked = rank_sets(self.loss, self.matcher, predictions, labels, self.family.scores)
         replaced = {key + suffix for suffix in classification}
         box_dict = {name: value for name, value in own_dict.items() if name not in replaced}
+        if self.loss.box_normaliser == "global":
+            worker_terms = box_normalisation(self.family, self.loss_type, config).worker_terms
+            num_targets = sum(len(label["class_labels"]) for label in labels)
+            device = predictions[0].logits.device
+            box_dict = globally_normalised(box_dict, predictions, num_targets, worker_terms, device)
         weights = None if self.family.weights is None else self.family.weights(config)
         box_terms = [
             value * (1.0 if weights is None else weights[_unsuffixed(name, predictions)])
@@ -171,8 +179,20 @@ def auxiliary_outputs(predictions: Sequence[SetPrediction]) -> Optional[List[Dic
 
 def _unsuffixed(name: str, predictions: Sequence[SetPrediction]) -> str:
     """``name`` without the suffix of the set it belongs to (the longest that ends it)."""
-    suffix = max((p.suffix for p in predictions if name.endswith(p.suffix)), key=len)
-    return name[: len(name) - len(suffix)] if suffix else name
+    return split_key(name, predictions)[0]
+
+
+def box_normalisation(family: LossFamily, loss_type: str, config: Any) -> BoxNormalisation:
+    """How the family's own loss normalises its box terms with ``config``; a ValueError naming why where
+    ``box_normaliser="global"`` is not supported."""
+    normalisation = family.box_normalisation(config)
+    if normalisation.unsupported:
+        raise ValueError(
+            f"box_normaliser='global' is not supported for {loss_type}: {normalisation.unsupported} (supported: "
+            "RT-DETR v1, v2, D-FINE, DEIMv2 with use_dense_one_to_one=False; LW-DETR and RF-DETR normalise over all "
+            "workers already)"
+        )
+    return normalisation
 
 
 def loss_family(model: PreTrainedModel) -> LossFamily:
@@ -209,6 +229,8 @@ def attach_ranking_loss(model: PreTrainedModel, loss: SetRankingLoss) -> PreTrai
             f"{type(model).__name__} takes box_terms='model' (its own box terms), got {loss.box_terms!r}; the other "
             f"modes support {', '.join(supported)}"
         )
+    if loss.box_normaliser == "global":
+        box_normalisation(family, model.loss_type, model.config)
     restore_loss(model)
     loss_function = RankingLossFunction(loss, family, model.loss_type, model.config)
     config = model.config
@@ -240,7 +262,8 @@ def use_ranking_loss(model: PreTrainedModel, criterion: RankingCriterion, **opti
             others ``box_terms="model"``).
         criterion: a ranking criterion (``RankSortCriterion(delta=0.5, loc_error_kind="giou")``, or one built by
             name: ``alrp_d2.detr.set_prediction_criterion("AlrpCriterion")``).
-        options: ``SetRankingLoss``'s keywords (``box_terms``, ``ranking``, ``rank_weight``, ...).
+        options: ``SetRankingLoss``'s keywords (``box_terms``, ``ranking``, ``rank_weight``, ``box_normaliser``,
+            ...).
 
     Returns:
         ``model``, switched.

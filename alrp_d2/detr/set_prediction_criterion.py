@@ -22,7 +22,16 @@ SET_PREDICTION_ARGUMENTS: Dict[str, Dict[str, Any]] = {
     "InterpolatedAPCriterion": {"loc_loss": "giou", "loc_error_kind": "giou", "tau": 0.0},
 }
 #: The keywords of :class:`SetRankingLoss` in an options mapping; the others are the criterion's.
-LOSS_KEYWORDS = ("box_terms", "l1_weight", "giou_weight", "rank_weight", "corr_weight", "corr_kind", "ranking")
+LOSS_KEYWORDS = (
+    "box_terms",
+    "l1_weight",
+    "giou_weight",
+    "rank_weight",
+    "corr_weight",
+    "corr_kind",
+    "ranking",
+    "box_normaliser",
+)
 
 
 def set_prediction_criterion(name: str, **arguments: Any) -> RankingCriterion:

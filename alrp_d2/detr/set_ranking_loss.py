@@ -29,6 +29,7 @@ from ..criteria import (
 from ..criteria.output_check import check_criterion_output, check_criterion_outputs
 from ..losses.global_ranking import RankingGroup, check_ranking, exchange_checked, global_mean, ranking_group
 from ..losses.ranking_statistics import RankingStatistics
+from .box_normaliser import check_box_normaliser
 from .matched_queries import Indices, MatchedQueries, QueryBoxes, Targets, matched_queries, pair_box_losses
 
 __all__ = ["BOX_TERMS", "MatchedSet", "SetRankingLoss"]
@@ -130,6 +131,7 @@ class SetRankingLoss(nn.Module):
         corr_weight: float = 0.0,
         corr_kind: str = "spearman",
         ranking: str = "per_worker",
+        box_normaliser: str = "model",
     ):
         """
         Args:
@@ -142,6 +144,10 @@ class SetRankingLoss(nn.Module):
             corr_weight, corr_kind: Correlation Loss's weight (0: none) and coefficient
                 (:data:`alrp_d2.losses.CORRELATION_KINDS`).
             ranking: one of :data:`alrp_d2.losses.global_ranking.RANKINGS`.
+            box_normaliser: with ``box_terms="model"``, one of :data:`alrp_d2.detr.box_normaliser.BOX_NORMALISERS`:
+                under DDP the model's own normaliser of its box terms, or the targets of all workers (the box terms
+                a model normalises by the worker's own targets rescaled, :mod:`alrp_d2.detr.box_normaliser`);
+                "model" with the other modes (they normalise over all workers already).
         """
         super().__init__()
         if not isinstance(criterion, RankingCriterion):
@@ -151,12 +157,14 @@ class SetRankingLoss(nn.Module):
             )
         weights = box_term_weights(box_terms, l1_weight, giou_weight, rank_weight, corr_weight)
         check_ranking(ranking)
+        check_box_normaliser(box_normaliser, box_terms)
         self.criterion = criterion
         self.box_terms = box_terms
         self.l1_weight = weights["l1_weight"]
         self.giou_weight = weights["giou_weight"]
         self.rank_weight = weights["rank_weight"]
         self.ranking = ranking
+        self.box_normaliser = box_normaliser
         self.correlation = (
             CorrelationTerm(corr_kind, weights["corr_weight"], per_level=False) if corr_weight > 0 else None
         )
@@ -242,7 +250,8 @@ class SetRankingLoss(nn.Module):
     def extra_repr(self) -> str:
         return (
             f"criterion={self.criterion!r}, box_terms={self.box_terms!r}, l1_weight={self.l1_weight}, "
-            f"giou_weight={self.giou_weight}, rank_weight={self.rank_weight}, ranking={self.ranking!r}"
+            f"giou_weight={self.giou_weight}, rank_weight={self.rank_weight}, ranking={self.ranking!r}, "
+            f"box_normaliser={self.box_normaliser!r}"
         )
 
 

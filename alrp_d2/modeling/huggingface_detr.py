@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 __all__ = ["MODEL_TYPES", "HuggingFaceDETR", "build_hf_detr"]
 
 #: The ``model_type`` of the Hugging Face configs the meta-architecture takes; the last one takes a pixel mask.
-MODEL_TYPES = ("rt_detr", "rt_detr_v2", "deformable_detr")
+MODEL_TYPES = ("rt_detr", "rt_detr_v2", "d_fine", "deformable_detr")
 MASKED_MODEL_TYPES = ("deformable_detr",)
 
 

@@ -43,7 +43,11 @@ def _tiny_vit(cfg: DictConfig) -> DictConfig:
 
 def _tiny_detr(cfg: DictConfig) -> DictConfig:
     """A DETR recipe's Hugging Face model as the tests' tiny one of its kind (tiny_detr_detectors.py)."""
-    tiny = {"rt_detr_v2": RT_DETR_V2, "deformable_detr": DEFORMABLE_DETR_TWO_STAGE}
+    tiny = {
+        "rt_detr_v2": RT_DETR_V2,
+        "d_fine": {**RT_DETR_V2, "model_type": "d_fine"},
+        "deformable_detr": DEFORMABLE_DETR_TWO_STAGE,
+    }
     cfg.model.hf_config = dict(tiny[cfg.model.hf_config.model_type])
     cfg.model.num_detections = 20
     return cfg
@@ -59,6 +63,7 @@ FLAGSHIPS = {
     "quickstart/rs_mask_rcnn_switch_shapes.py": lambda cfg: cfg,
     "quickstart/rtdetr_shapes.py": _tiny_detr,
     "quickstart/deformable_detr_shapes.py": lambda cfg: cfg,  # tiny already
+    "quickstart/dfine_shapes.py": _tiny_detr,
     "COCO-Detection/rtdetr_v2_R_50_vd_6x_varifocal.py": _tiny_detr,
     "COCO-Detection/rtdetr_v2_R_50_vd_6x_rank_sort.py": _tiny_detr,
     "COCO-Detection/rtdetr_v2_R_50_vd_6x_alrp.py": _tiny_detr,

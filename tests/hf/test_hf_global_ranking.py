@@ -9,7 +9,10 @@ tests/float64_tolerance.py):
   encoder's top-k): the gradients of those outputs. (HF's RT-DETR itself is not separable over the images of a
   batch in its backward pass, in eval mode too, so that its parameters' gradients cannot be compared this way.)
 * D-FINE with its own box terms (``box_terms="model"``) in eval mode: the ranking terms of every set (its box terms
-  keep HF's per-worker normaliser).
+  keep HF's per-worker normaliser);
+* RT-DETR v2's and D-FINE's own box terms with ``box_normaliser="global"`` on the outputs of one training forward:
+  the rescaled terms' gradients and values (tests/hf/box_normaliser_cases.py, ``check_worker``), and on each worker's
+  own forward (its own denoising groups) the denoising terms' factor (``check_own_denoising_groups``).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from alrp_d2.detr import set_prediction_criterion, use_ranking_loss
 
 from ..distributed_cases import spawn_workers
 from ..float64_tolerance import assert_close_float64
+from . import box_normaliser_cases
 from .tiny_detrs import fixed_batch, seeded_forward, tiny_detr
 
 WORLD_SIZE = 2
@@ -99,7 +103,9 @@ def assert_equal(result: Dict[str, torch.Tensor], expected: Dict[str, torch.Tens
         assert_close_float64(value, expected[key], msg=lambda message, key=key: f"{model} {key}: {message}")
 
 
-def worker(rank: int, world_size: int, expected: Dict[str, Dict[str, torch.Tensor]], outputs: Dict[str, Any]) -> None:
+def worker(
+    rank: int, world_size: int, expected: Dict[str, Dict[str, torch.Tensor]], outputs: Dict[str, Any], cases: Dict
+) -> None:
     deformable = deformable_detr_result(own_part(fixed_batch(WORLD_SIZE), rank))
     for key, value in deformable.items():
         if key.startswith("grad."):
@@ -115,6 +121,9 @@ def worker(rank: int, world_size: int, expected: Dict[str, Dict[str, torch.Tenso
     for name in OUTPUTS:  # this worker's share of DDP's average of the global gradient
         rt_detr[f"grad.{name}"] /= world_size
     assert_equal(rt_detr, expected_rt_detr, "rt_detr")
+    for name, case in cases.items():
+        box_normaliser_cases.check_worker(name, images, case["expected"], case["inputs"])
+        box_normaliser_cases.check_own_denoising_groups(name, images)
 
 
 def test_two_workers_rank_and_normalise_as_one_process():
@@ -124,4 +133,4 @@ def test_two_workers_rank_and_normalise_as_one_process():
         "d_fine": d_fine_ranking_terms(fixed_batch(WORLD_SIZE)),
         "rt_detr": rt_detr_result(outputs, slice(0, WORLD_SIZE)),
     }
-    spawn_workers(WORLD_SIZE, worker, expected, outputs)
+    spawn_workers(WORLD_SIZE, worker, expected, outputs, box_normaliser_cases.whole_batch_cases())
