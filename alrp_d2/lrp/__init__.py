@@ -4,7 +4,8 @@
   ``compute()``, ``reset()``), on one or several processes;
 - :func:`evaluate_coco`: the same results for pycocotools ``COCO`` objects; ``python -m alrp_d2.lrp GT.json
   DETECTIONS.json`` for COCO files;
-- :func:`optimal_lrp`: oLRP of one class from its matches.
+- :func:`optimal_lrp`: oLRP of one class from its matches;
+- :func:`evaluate_panoptic`: LRP and PQ of COCO panoptic files (``python -m alrp_d2.lrp ... --panoptic``).
 
 ``alrp_d2.evaluation.COCOLRPEvaluator`` (detectron2) computes its LRP metrics with this package. docs/lrp.md.
 """
@@ -12,6 +13,16 @@
 from .coco_api import evaluate_coco
 from .lrp_metric import optimal_lrp
 from .metric import LRP
+from .panoptic import evaluate_panoptic
+from .panoptic_files import PanopticFileError
 from .results import LRP_METRICS, PER_CLASS_KEYS
 
-__all__ = ["LRP", "LRP_METRICS", "PER_CLASS_KEYS", "evaluate_coco", "optimal_lrp"]
+__all__ = [
+    "LRP",
+    "LRP_METRICS",
+    "PER_CLASS_KEYS",
+    "PanopticFileError",
+    "evaluate_coco",
+    "evaluate_panoptic",
+    "optimal_lrp",
+]

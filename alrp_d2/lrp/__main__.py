@@ -1,6 +1,7 @@
 """``python -m alrp_d2.lrp GT.json DETECTIONS.json [--iou-type bbox|segm] [--json]``: LRP of COCO results on a COCO
 ground truth, as a table or one JSON object (the keys of :func:`~alrp_d2.lrp.evaluate_coco`, NaN as null). A file
-that cannot be evaluated is refused with one line naming the file and the entry, exit status 2."""
+that cannot be evaluated is refused with one line naming the file and the entry, exit status 2. With ``--panoptic
+GT_FOLDER PRED_FOLDER``, GT.json and the second file are COCO panoptic files (:mod:`.panoptic_command`)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from .coco_api import evaluate_coco
 from .coco_files import CocoFileError, load_coco_pair
+from .panoptic_command import run_panoptic
 from .results import LRP_METRICS, PER_CLASS_KEYS
 
 
@@ -52,7 +54,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("detections", metavar="DETECTIONS.json", help="COCO results (a list of detections)")
     parser.add_argument("--iou-type", choices=("bbox", "segm"), default="bbox", help="boxes' or masks' IoUs")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    parser.add_argument(
+        "--panoptic",
+        nargs=2,
+        metavar=("GT_FOLDER", "PRED_FOLDER"),
+        help="panoptic LRP and PQ: the two files are COCO panoptic JSONs, these folders hold their PNGs",
+    )
     args = parser.parse_args(argv)
+    if args.panoptic:
+        if args.iou_type != "bbox":
+            parser.error("--iou-type does not apply to --panoptic")
+        return run_panoptic(args.ground_truth, args.detections, *args.panoptic, args.json)
     try:
         coco_gt, coco_dt = load_coco_pair(args.ground_truth, args.detections, args.iou_type)
     except CocoFileError as error:
