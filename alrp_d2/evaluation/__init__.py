@@ -12,6 +12,7 @@ from ..lrp import optimal_lrp
 _DETECTRON2_NAMES = {
     "AlrpPredictor": ".predictor",
     "COCOLRPEvaluator": ".coco_lrp_evaluation",
+    "COCOPanopticLRPEvaluator": ".panoptic_lrp_evaluation",
     "LazyPredictor": ".lazy_predictor",
     "LRP_THRESHOLDS_FILE": ".coco_lrp_evaluation",
     "LRPThresholdPredictor": ".lrp_threshold_predictor",

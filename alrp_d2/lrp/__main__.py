@@ -64,7 +64,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.panoptic:
         if args.iou_type != "bbox":
             parser.error("--iou-type does not apply to --panoptic")
-        return run_panoptic(args.ground_truth, args.detections, *args.panoptic, args.json)
+        gt_folder, pred_folder = args.panoptic
+        return run_panoptic(args.ground_truth, args.detections, gt_folder, pred_folder, args.json)
     try:
         coco_gt, coco_dt = load_coco_pair(args.ground_truth, args.detections, args.iou_type)
     except CocoFileError as error:

@@ -8,6 +8,7 @@ official evaluation uses it); a prediction's give ``id`` and ``category_id``, it
 
 from __future__ import annotations
 
+import io
 import os
 from dataclasses import dataclass
 from typing import Any, Dict, List, Tuple
@@ -208,3 +209,11 @@ def check_ground_truth_areas(pair: ImagePair, pixels: np.ndarray) -> None:
             f"{pair.gt_png}: image_id {pair.image_id!r}: segment id {segment_id} has {int(pixels[short[0]])} pixels, "
             f"more than its 'area' {area:g} in the ground truth's segments_info"
         )
+
+
+def png_bytes(ids: np.ndarray) -> bytes:
+    """The RGB PNG of the segment ids ``ids`` (``R + 256 G + 256^2 B``; ids in [0, 2^24))."""
+    rgb = np.stack([ids % 256, ids // 256 % 256, ids // 65536 % 256], axis=-1).astype(np.uint8)
+    with io.BytesIO() as out:
+        Image.fromarray(rgb).save(out, format="PNG")
+        return out.getvalue()

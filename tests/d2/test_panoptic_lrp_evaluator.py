@@ -1,0 +1,74 @@
+"""COCOPanopticLRPEvaluator reports LRP and PQ equal to the official LRP-Error panopticapi fork (to 1e-6) on its
+fixture, registered here as a tiny dataset, from both outputs of detectron2's panoptic models: ids with segments_info
+(Panoptic FPN) and ``category * label_divisor + instance`` without (Panoptic-DeepLab)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import numpy as np
+import pytest
+import torch
+from detectron2.data import MetadataCatalog
+
+from alrp_d2.evaluation import COCOPanopticLRPEvaluator
+from alrp_d2.lrp.panoptic_files import read_ids
+
+from ..panoptic_cases import FIXTURE, GROUPS, assert_means_equal_official, fixture_paths, official
+
+THINGS, STUFF, LABEL_DIVISOR = {1: 0, 2: 1, 3: 2, 4: 3, 5: 4}, {10: 5, 11: 6, 12: 7, 13: 8}, 1000
+
+
+@pytest.fixture
+def dataset_name():
+    name = f"panoptic_lrp_fixture_{uuid.uuid4().hex}"
+    gt_json, gt_folder, _, _ = fixture_paths()
+    MetadataCatalog.get(name).set(
+        panoptic_json=gt_json,
+        panoptic_root=gt_folder,
+        thing_dataset_id_to_contiguous_id=THINGS,
+        stuff_dataset_id_to_contiguous_id=STUFF,
+        label_divisor=LABEL_DIVISOR,
+    )
+    yield name
+    MetadataCatalog.remove(name)
+
+
+def model_outputs(with_segments_info: bool):
+    """The fixture's predictions as detectron2 ``panoptic_seg`` outputs (contiguous classes)."""
+    inputs, outputs = [], []
+    for annotation in json.loads((FIXTURE / "pred.json").read_text())["annotations"]:
+        ids = read_ids(str(FIXTURE / "pred" / annotation["file_name"]))
+        segments = annotation["segments_info"]
+        isthing = [s["category_id"] in THINGS for s in segments]
+        classes = [(THINGS if t else STUFF)[s["category_id"]] for s, t in zip(segments, isthing)]
+        if with_segments_info:
+            image = torch.from_numpy(ids.astype(np.int32))
+            info = [{"id": s["id"], "category_id": c, "isthing": t} for s, c, t in zip(segments, classes, isthing)]
+        else:
+            labels = np.full(ids.shape, -1, dtype=np.int32)
+            for instance, (segment, category) in enumerate(zip(segments, classes)):
+                labels[ids == segment["id"]] = category * LABEL_DIVISOR + instance
+            image, info = torch.from_numpy(labels), None
+        inputs.append({"image_id": annotation["image_id"], "file_name": f"/images/{annotation['image_id']:06d}.jpg"})
+        outputs.append({"panoptic_seg": (image, info)})
+    return inputs, outputs
+
+
+@pytest.mark.parametrize("with_segments_info", [True, False], ids=["segments_info", "label_divisor"])
+def test_evaluator_equals_official(dataset_name, tmp_path, with_segments_info):
+    evaluator = COCOPanopticLRPEvaluator(dataset_name, output_dir=str(tmp_path))
+    evaluator.reset()
+    inputs, outputs = model_outputs(with_segments_info)
+    evaluator.process(inputs[:5], outputs[:5])
+    evaluator.process(inputs[5:], outputs[5:])
+    results = evaluator.evaluate()["panoptic_seg"]
+    assert set(results) == {
+        m + s for s in GROUPS.values() for m in ("PQ", "SQ", "RQ", "LRP", "LRP_loc", "LRP_FP", "LRP_FN")
+    }
+    assert_means_equal_official(results, official())
+    written = json.loads((tmp_path / "predictions.json").read_text())
+    assert len(written["annotations"]) == len(inputs) and written["categories"]
+    if with_segments_info:  # the model's outputs are left as they were
+        assert all("isthing" in segment for output in outputs for segment in output["panoptic_seg"][1])
