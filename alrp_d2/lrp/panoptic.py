@@ -24,6 +24,7 @@ import numpy as np
 
 from .lrp_metric import LRP_TAU
 from .panoptic_files import (
+    VOID,
     Categories,
     ImagePair,
     PanopticFileError,
@@ -33,55 +34,68 @@ from .panoptic_files import (
     read_ids,
 )
 
-#: The pair code's multiplier: ``gt id * 2^24 + prediction id`` is unique for 24-bit ids.
-PAIR_OFFSET = 256**3
 #: Counts per class: TP, FP, FN and the sum of the TPs' IoUs.
 TP, FP, FN, IOU = range(4)
 COUNT_ROWS = {"TP": TP, "FP": FP, "FN": FN}
 #: The means of each group (x100), suffixed ``_th`` (things) and ``_st`` (stuff) for the groups.
 PANOPTIC_METRICS = ("PQ", "SQ", "RQ", "LRP", "LRP_loc", "LRP_FP", "LRP_FN")
 GROUPS = {"": None, "_th": True, "_st": False}
+#: :class:`SegmentLookup`'s entry of an id that is not a segment of the image.
+UNSET = np.iinfo(np.uint16).max
 
 
-def _index_in(ids: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """The index in ``ids`` of each of ``values``; -1 where absent."""
-    order = np.argsort(ids, kind="stable")
-    positions = np.minimum(np.searchsorted(ids[order], values), max(len(ids) - 1, 0))
-    found = ids[order][positions] == values if len(ids) else np.zeros(len(values), dtype=bool)
-    return np.where(found, order[positions] if len(ids) else -1, -1)
+class SegmentLookup:
+    """Each pixel's segment by one gather from a table over all 24-bit ids (no sort of the pixels): the table holds
+    an image's segment indices only during :meth:`index`, 65535 everywhere else."""
+
+    def __init__(self) -> None:
+        self.table = np.full(256**3, UNSET, dtype=np.uint16)
+
+    def index(self, png_ids: np.ndarray, segment_ids: np.ndarray) -> np.ndarray:
+        """Each pixel's index in ``segment_ids``; ``len(segment_ids)`` on VOID, ``len(segment_ids) + 1`` on an id
+        that ``segment_ids`` does not hold."""
+        count = len(segment_ids)
+        self.table[segment_ids], self.table[VOID] = np.arange(count), count
+        try:
+            return np.minimum(self.table[png_ids], count + 1)
+        finally:
+            self.table[segment_ids], self.table[VOID] = UNSET, UNSET
 
 
-def image_counts(gt_ids: np.ndarray, pred_ids: np.ndarray, pair: ImagePair, num_classes: int) -> np.ndarray:
-    """TP, FP, FN and the TPs' IoU sum per class (rows ``TP, FP, FN, IOU``) of one image, from the ``(gt id,
-    prediction id)`` pairs of its pixels."""
+def overlaps(gt_ids: np.ndarray, pred_ids: np.ndarray, pair: ImagePair, lookup: SegmentLookup) -> np.ndarray:
+    """The pixels of every (ground-truth, predicted) segment pair: rows the ground truth's segments, VOID and other
+    ids; columns the prediction's segments, VOID and ids its JSON does not list (checked: none)."""
+    rows, columns = len(pair.gt.ids) + 2, len(pair.pred.ids) + 2
+    on_gt, on_pred = lookup.index(gt_ids, pair.gt.ids), lookup.index(pred_ids, pair.pred.ids)
+    codes = on_gt.astype(np.int64) * columns + on_pred
+    matrix = np.bincount(codes.ravel(), minlength=rows * columns).reshape(rows, columns)
+    check_prediction_ids(pair, matrix[:, :-2].sum(axis=0), pred_ids[on_pred == columns - 1][:1])
+    check_ground_truth_areas(pair, matrix[:-2].sum(axis=1))
+    return matrix
+
+
+def image_counts(matrix: np.ndarray, pair: ImagePair, num_classes: int) -> np.ndarray:
+    """TP, FP, FN and the TPs' IoU sum per class (rows ``TP, FP, FN, IOU``) of one image from its :func:`overlaps`."""
     gt, pred = pair.gt, pair.pred
-    codes, overlap = np.unique(gt_ids * PAIR_OFFSET + pred_ids, return_counts=True)
-    on_gt, on_pred = _index_in(gt.ids, codes // PAIR_OFFSET), _index_in(pred.ids, codes % PAIR_OFFSET)
-    known = on_pred >= 0
-    pred_area = np.bincount(on_pred[known], overlap[known], minlength=len(pred.ids))
-    on_void = known & (codes // PAIR_OFFSET == 0)
-    void = np.bincount(on_pred[on_void], overlap[on_void], minlength=len(pred.ids))
-    both = known & (on_gt >= 0)
-    check_ground_truth_areas(pair, np.bincount(on_gt[on_gt >= 0], overlap[on_gt >= 0], minlength=len(gt.ids)))
-    same = both.copy()
-    same[both] = ~gt.crowd[on_gt[both]] & (gt.classes[on_gt[both]] == pred.classes[on_pred[both]])
-    g, p, inter = on_gt[same], on_pred[same], overlap[same]
-    iou = inter / (pred_area[p] + gt.areas[g] - inter - void[p])
-    hit = iou > 0.5
-    gt_matched, pred_matched = np.zeros(len(gt.ids), dtype=bool), np.zeros(len(pred.ids), dtype=bool)
-    gt_matched[g[hit]], pred_matched[p[hit]] = True, True
+    inter, void = matrix[:-2, :-2], matrix[-2, :-2]
+    pred_area = matrix[:, :-2].sum(axis=0)
+    candidate = (inter > 0) & ~gt.crowd[:, None] & (gt.classes[:, None] == pred.classes[None, :])
+    union = pred_area[None, :] + gt.areas[:, None] - inter - void[None, :]
+    iou = np.where(candidate, inter / np.where(candidate, union, 1), 0.0)
+    hit = candidate & (iou > 0.5)
+    hit_gt, hit_pred = np.nonzero(hit)
     crowd_of_class = np.full(num_classes, -1)
     np.maximum.at(crowd_of_class, gt.classes[gt.crowd], np.flatnonzero(gt.crowd))
-    on_crowd = both.copy()
-    on_crowd[both] = on_gt[both] == crowd_of_class[pred.classes[on_pred[both]]]
-    ignored = void + np.bincount(on_pred[on_crowd], overlap[on_crowd], minlength=len(pred.ids))
-    is_fp = ~pred_matched & ~(ignored / np.maximum(pred_area, 1) > 0.5)
+    crowd_row = crowd_of_class[pred.classes]
+    on_crowd = np.zeros(len(pred.ids))
+    on_crowd[crowd_row >= 0] = inter[crowd_row[crowd_row >= 0], np.flatnonzero(crowd_row >= 0)]
+    is_fp = ~hit.any(axis=0) & ~((void + on_crowd) / np.maximum(pred_area, 1) > 0.5)
     return np.stack(
         [
-            np.bincount(gt.classes[g[hit]], minlength=num_classes),
+            np.bincount(gt.classes[hit_gt], minlength=num_classes),
             np.bincount(pred.classes[is_fp], minlength=num_classes),
-            np.bincount(gt.classes[~gt_matched & ~gt.crowd], minlength=num_classes),
-            np.bincount(gt.classes[g[hit]], iou[hit], minlength=num_classes),
+            np.bincount(gt.classes[~hit.any(axis=1) & ~gt.crowd], minlength=num_classes),
+            np.bincount(gt.classes[hit_gt], iou[hit_gt, hit_pred], minlength=num_classes),
         ]
     ).astype(np.float64)
 
@@ -136,7 +150,7 @@ def panoptic_results(counts: np.ndarray, categories: Categories) -> Dict[str, An
 
 def dataset_counts(pairs: List[ImagePair], num_classes: int) -> np.ndarray:
     """The counts (rows ``TP, FP, FN, IOU``) summed over the images, each read from its two PNGs."""
-    counts = np.zeros((4, num_classes))
+    counts, lookup = np.zeros((4, num_classes)), SegmentLookup()
     for pair in pairs:
         gt_ids, pred_ids = read_ids(pair.gt_png), read_ids(pair.pred_png)
         if gt_ids.shape != pred_ids.shape:
@@ -144,8 +158,7 @@ def dataset_counts(pairs: List[ImagePair], num_classes: int) -> np.ndarray:
                 f"{pair.pred_png}: image_id {pair.image_id!r} is {pred_ids.shape[1]}x{pred_ids.shape[0]} pixels, its "
                 f"ground truth {pair.gt_png} {gt_ids.shape[1]}x{gt_ids.shape[0]}"
             )
-        check_prediction_ids(pair, pred_ids)
-        counts += image_counts(gt_ids, pred_ids, pair, num_classes)
+        counts += image_counts(overlaps(gt_ids, pred_ids, pair, lookup), pair, num_classes)
     return counts
 
 

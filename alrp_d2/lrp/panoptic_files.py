@@ -19,6 +19,8 @@ from PIL import Image
 from ..json_file import load_json
 
 VOID = 0
+#: The most segments an image may have on one side (their indices, VOID and "other" fit 16 bits).
+MAX_SEGMENTS = 2**16 - 3
 
 
 class PanopticFileError(ValueError):
@@ -127,6 +129,8 @@ def _segments(entry: Tuple[int, Dict[str, Any]], path: str, class_index: Dict[in
         problem = _segment_problem(segment, class_index, ground_truth)
         if problem:
             raise PanopticFileError(f"{where}: segments_info[{number}] (id {segment.get('id')!r}): {problem}")
+    if len(segments) > MAX_SEGMENTS:
+        raise PanopticFileError(f"{where}: {len(segments)} segments, more than the {MAX_SEGMENTS} an image may have")
     ids = np.array([segment["id"] for segment in segments], dtype=np.int64)
     if len(np.unique(ids)) != len(ids):
         raise PanopticFileError(f"{where}: segments_info repeats the segment id {_first_repeat(ids)}")
@@ -172,27 +176,26 @@ def image_pairs(gt_json: str, gt_folder: str, pred_json: str, pred_folder: str) 
 
 
 def read_ids(path: str) -> np.ndarray:
-    """The segment ids of the RGB PNG ``path`` (int64, ``R + 256 G + 256^2 B``)."""
+    """The segment ids of the RGB PNG ``path`` (uint32, ``R + 256 G + 256^2 B``)."""
     try:
         with Image.open(path) as image:
             if image.mode != "RGB":
                 raise PanopticFileError(f"{path}: a panoptic PNG is RGB, got mode {image.mode!r}")
-            rgb = np.asarray(image, dtype=np.int64)
+            rgba = np.asarray(image.convert("RGBA"))
     except OSError as error:
         raise PanopticFileError(f"{path}: cannot be read as a PNG ({error})") from None
-    return rgb[..., 0] + 256 * rgb[..., 1] + 65536 * rgb[..., 2]
+    return rgba.view("<u4")[..., 0] & 0xFFFFFF  # R + G << 8 + B << 16 (+ alpha << 24, masked)
 
 
-def check_prediction_ids(pair: ImagePair, png_ids: np.ndarray) -> None:
-    """Every id of the prediction's PNG but VOID has a segment in its JSON, and every segment has pixels."""
-    in_json = np.isin(png_ids, pair.pred.ids)
-    unknown = png_ids[~in_json & (png_ids != VOID)]
-    if len(unknown):
+def check_prediction_ids(pair: ImagePair, pixels: np.ndarray, unlisted: np.ndarray) -> None:
+    """Every id of the prediction's PNG but VOID has a segment in its JSON (``unlisted``: an id that has none, if
+    any), and every segment has pixels (``pixels``, per segment)."""
+    if len(unlisted):
         raise PanopticFileError(
-            f"{pair.pred_png}: image_id {pair.image_id!r} has pixels of segment id {int(unknown[0])}, which its "
+            f"{pair.pred_png}: image_id {pair.image_id!r} has pixels of segment id {int(unlisted[0])}, which its "
             "prediction's segments_info does not list"
         )
-    missing = pair.pred.ids[~np.isin(pair.pred.ids, png_ids)]
+    missing = pair.pred.ids[pixels == 0]
     if len(missing):
         raise PanopticFileError(
             f"{pair.pred_png}: image_id {pair.image_id!r}: segment id {int(missing[0])} of the prediction's "
