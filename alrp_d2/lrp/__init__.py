@@ -1,4 +1,4 @@
-"""The LRP metric (Oksuz et al., ECCV 2018 / TPAMI 2021) without detectron2: numpy, torch and pycocotools only.
+"""The LRP metric (Oksuz et al., ECCV 2018 / TPAMI 2021) without detectron2: numpy, torch, pycocotools and Pillow only.
 
 - :class:`LRP`: a metric object with torchmetrics' ``MeanAveragePrecision`` conventions (``update(preds, target)``,
   ``compute()``, ``reset()``), on one or several processes;
