@@ -151,8 +151,8 @@ def make_keypoint_case(seed: int, images: int, classes: int, size: int, tied: bo
             if category != 10 + classes - 2 and image_id % 4:
                 jitters = rng.uniform(0.001, 0.025, int(rng.integers(0, 4))) * math.sqrt(record["area"])
                 results += [_keypoint_result(image_id, category, points, j, rng) for j in jitters]
-        extra = 24 if image_id == 1 else 3 * (image_id % 4 != 0)
-        for category in 10 + rng.integers(0, classes, extra):
+        extra = np.full(24, 10) if image_id == 1 else 10 + rng.integers(0, classes, 3 * (image_id % 4 != 0))
+        for category in extra:
             results.append(_keypoint_result(image_id, int(category), _person(rng, size)[1], 0.0, rng))
     scores = rng.permutation(len(results)) / max(len(results), 1) * 0.98 + 0.01
     for result, score in zip(results, np.round(scores * 6) / 6 * 0.9 + 0.05 if tied else scores):
