@@ -1,6 +1,7 @@
-"""COCOLRPEvaluator, alrp_d2.lrp and the official LRP-Error give the same LRP (to 1e-6) on the official fixtures (boxes
-and masks, crowds, a class without ground truth, one never detected, images without detections): the evaluator's
-results and thresholds, evaluate_coco on the evaluator's own COCO files and the official values."""
+"""COCOLRPEvaluator, alrp_d2.lrp and the official LRP-Error give the same LRP (to 1e-6) on the official fixtures (boxes,
+masks and keypoints, crowds, unlabelled keypoints, a class without ground truth, one never detected, images without
+detections): the evaluator's results and thresholds, evaluate_coco on the evaluator's own COCO files and the official
+values."""
 
 from __future__ import annotations
 
@@ -23,11 +24,12 @@ from alrp_d2.evaluation import COCOLRPEvaluator
 from alrp_d2.evaluation.coco_lrp_evaluation import LRP_THRESHOLD_FILES
 from alrp_d2.lrp import evaluate_coco
 
-from ..lrp_official_cases import by_class, case_files, coco_pair, official
+from ..lrp_official_cases import KEYPOINTS, by_class, case_files, coco_pair, official
 
 
 def model_outputs(case: str, dataset_name: str):
-    """The fixture's detections as detectron2 model outputs (contiguous classes, XYXY boxes, masks for segm)."""
+    """The fixture's detections as detectron2 model outputs (contiguous classes, XYXY boxes, masks for segm; for
+    keypoints, the keypoints + 0.5, which detectron2 takes off when it writes COCO results, and the box they span)."""
     coco_gt, coco_dt = coco_pair(case)
     contiguous = MetadataCatalog.get(dataset_name).thing_dataset_id_to_contiguous_id
     inputs, outputs = [], []
@@ -35,6 +37,9 @@ def model_outputs(case: str, dataset_name: str):
         anns, image = coco_dt.imgToAnns.get(image_id, []), coco_gt.imgs[image_id]
         instances = Instances((image["height"], image["width"]))
         boxes = torch.tensor(np.asarray([a["bbox"] for a in anns], dtype=np.float64).reshape(-1, 4))
+        if official(case)["iou_type"] == "keypoints":
+            keypoints = torch.tensor([a["keypoints"] for a in anns], dtype=torch.float64).reshape(-1, KEYPOINTS, 3)
+            instances.pred_keypoints = keypoints + torch.tensor([0.5, 0.5, 0.0], dtype=torch.float64)
         instances.pred_boxes = Boxes(BoxMode.convert(boxes, BoxMode.XYWH_ABS, BoxMode.XYXY_ABS))
         instances.scores = torch.tensor([a["score"] for a in anns], dtype=torch.float64)
         instances.pred_classes = torch.tensor([contiguous[a["category_id"]] for a in anns], dtype=torch.int64)
@@ -46,7 +51,7 @@ def model_outputs(case: str, dataset_name: str):
     return inputs, outputs
 
 
-@pytest.mark.parametrize("case", ["boxes", "boxes_crowded", "masks"])
+@pytest.mark.parametrize("case", ["boxes", "boxes_crowded", "masks", "keypoints"])
 @pytest.mark.parametrize("use_fast_impl", [True, False], ids=["COCOeval_opt", "pycocotools"])
 def test_evaluator_equals_library_and_official(case, use_fast_impl, tmp_path):
     gt_file, _ = case_files(case)
