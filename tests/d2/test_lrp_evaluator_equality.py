@@ -14,15 +14,19 @@ import uuid
 import numpy as np
 import pytest
 import torch
+from detectron2.config import get_cfg
 from detectron2.data import DatasetCatalog, MetadataCatalog
 from detectron2.data.datasets import register_coco_instances
 from detectron2.structures import Boxes, BoxMode, Instances
 from pycocotools import mask as mask_utils
 from pycocotools.coco import COCO
 
+from alrp_d2.config import add_alrp_config
+from alrp_d2.engine import AlrpTrainer
 from alrp_d2.evaluation import COCOLRPEvaluator
 from alrp_d2.evaluation.coco_lrp_evaluation import LRP_THRESHOLD_FILES
 from alrp_d2.lrp import evaluate_coco
+from alrp_d2.lrp.keypoint_similarity import COCO_PERSON_SIGMAS
 
 from ..lrp_official_cases import KEYPOINTS, by_class, case_files, coco_pair, official
 
@@ -81,3 +85,23 @@ def test_evaluator_equals_library_and_official(case, use_fast_impl, tmp_path):
     for category_id, threshold in by_class(reference, "thresholds").items():
         value = saved[str(category_id)]["threshold"]
         assert (value is None) if math.isnan(threshold) else value == pytest.approx(threshold, abs=1e-9)
+
+
+def test_trainer_evaluator_takes_the_config_keypoint_sigmas(tmp_path):
+    """AlrpTrainer's evaluator computes OKS with TEST.KEYPOINT_OKS_SIGMAS: its keypoint LRP is evaluate_coco's with
+    those sigmas."""
+    gt_file, _ = case_files("keypoints")
+    name = f"lrp_keypoint_sigmas_{uuid.uuid4().hex}"
+    register_coco_instances(name, {}, str(gt_file), str(tmp_path))
+    DatasetCatalog.get(name)
+    cfg = get_cfg()
+    add_alrp_config(cfg)
+    cfg.TEST.KEYPOINT_OKS_SIGMAS = (COCO_PERSON_SIGMAS * 2).tolist()
+    evaluator = AlrpTrainer.build_evaluator(cfg, name, output_folder=str(tmp_path))
+    evaluator.reset()
+    evaluator.process(*model_outputs("keypoints", name))
+    results = evaluator.evaluate()["keypoints"]
+    expected = evaluate_coco(*coco_pair("keypoints"), "keypoints", keypoint_sigmas=cfg.TEST.KEYPOINT_OKS_SIGMAS)
+    assert expected["oLRP"] != pytest.approx(official("keypoints")["oLRP"], abs=1e-3)
+    for key in ("oLRP", "oLRP_loc", "oLRP_FP", "oLRP_FN", "AP90"):
+        assert results[key] == pytest.approx(expected[key], abs=1e-9), key
