@@ -78,7 +78,8 @@ def _ground_truth_problem(
         return f"'area' must be a finite number >= 0, got {ann.get('area')!r}"
     if segm and not isinstance(ann.get("segmentation"), (list, dict)):
         return "has no 'segmentation' (polygons or RLE), which --iou-type segm needs"
-    return (keypoints and ground_truth_keypoint_problem(ann, keypoints)) or _box_problem(ann.get("bbox"))
+    keypoint_problem = ground_truth_keypoint_problem(ann, keypoints) if keypoints else ""
+    return keypoint_problem or _box_problem(ann.get("bbox"))
 
 
 def _image_sizes(images: List[Dict[str, Any]], path: str) -> Dict[int, Tuple[int, int]]:
