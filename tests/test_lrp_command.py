@@ -95,7 +95,8 @@ KEYPOINT_DET = {"image_id": 1, "category_id": 1, "keypoints": [1, 2, 1, 3, 3, 1]
 )
 def test_bad_files_are_refused_naming_file_and_entry(tmp_path, capsys, gt, detections, iou_type, message):
     gt_file, dt_file = write(tmp_path, "gt.json", gt), write(tmp_path, "dt.json", detections)
-    assert main([gt_file, dt_file, "--iou-type", iou_type, "--keypoint-sigmas", "0.5,0.5"]) == 2
+    sigmas = ["--keypoint-sigmas", "0.5,0.5"] if iou_type == "keypoints" else []
+    assert main([gt_file, dt_file, "--iou-type", iou_type, *sigmas]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1, err
     assert err.startswith("python -m alrp_d2.lrp: ") and re.search(message, err), err
@@ -120,3 +121,6 @@ def test_keypoint_sigmas_option(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main([gt_file, dt_file, "--iou-type", "keypoints", "--keypoint-sigmas", "0.5,-1"])
     assert "positive finite sigmas expected" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main([gt_file, dt_file, "--keypoint-sigmas", "0.5,0.5"])
+    assert "--keypoint-sigmas is for --iou-type keypoints, not bbox" in capsys.readouterr().err

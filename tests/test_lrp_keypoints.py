@@ -99,6 +99,13 @@ def test_target_area_defaults_to_the_box():
     assert results[0] == results[1] != results[2]
 
 
+def test_sigmas_need_keypoints():
+    with pytest.raises(ValueError, match="keypoint_sigmas are for iou_type='keypoints', not 'bbox'"):
+        LRP(keypoint_sigmas=[0.1])
+    with pytest.raises(ValueError, match="not 'segm'"):
+        evaluate_coco(*coco_pair("keypoints"), "segm", keypoint_sigmas=[0.1])
+
+
 @pytest.mark.parametrize(
     "kwargs, pred, truth, message",
     [

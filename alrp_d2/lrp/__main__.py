@@ -68,14 +68,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument(
         "--keypoint-sigmas",
         type=_sigmas,
-        default=COCO_PERSON_SIGMAS.tolist(),
+        default=None,
         metavar="S1,S2,...",
-        help="OKS sigmas of every category's keypoints, comma-separated (default: COCO's 17 of the person)",
+        help="--iou-type keypoints: OKS sigmas of every category's keypoints, comma-separated (default: COCO's 17 of "
+        "the person)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     args = parser.parse_args(argv)
+    if args.keypoint_sigmas is not None and args.iou_type != "keypoints":
+        parser.error(f"--keypoint-sigmas is for --iou-type keypoints, not {args.iou_type}")
     try:
-        keypoints = len(args.keypoint_sigmas) if args.iou_type == "keypoints" else 0
+        keypoints = len(args.keypoint_sigmas or COCO_PERSON_SIGMAS) if args.iou_type == "keypoints" else 0
         coco_gt, coco_dt = load_coco_pair(args.ground_truth, args.detections, args.iou_type, keypoints)
     except CocoFileError as error:
         print(f"python -m alrp_d2.lrp: {error}", file=sys.stderr)

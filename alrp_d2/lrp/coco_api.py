@@ -116,7 +116,8 @@ def evaluate_coco(
     if iou_type not in IOU_TYPES:
         raise ValueError(f"iou_type must be one of {IOU_TYPES}, got {iou_type!r}")
     image_ids, category_ids = sorted(coco_gt.getImgIds()), sorted(coco_gt.getCatIds())
-    sigmas = sigmas_of_classes(checked_sigmas(keypoint_sigmas), category_ids) if iou_type == "keypoints" else None
+    checked = checked_sigmas(keypoint_sigmas, iou_type)
+    sigmas = None if checked is None else sigmas_of_classes(checked, category_ids)
     gts = coco_ground_truths(coco_gt, image_ids, category_ids, iou_type, sigmas)
     dets = coco_detections(coco_dt, image_ids, category_ids, iou_type, sigmas)
     limit = COCO_MAX_DETECTIONS[iou_type] if max_detections is None else max_detections

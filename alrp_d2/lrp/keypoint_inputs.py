@@ -22,8 +22,13 @@ def _sigma_row(values: Any, what: str) -> np.ndarray:
     return row
 
 
-def checked_sigmas(keypoint_sigmas: KeypointSigmas) -> CheckedSigmas:
-    """``keypoint_sigmas`` checked: positive and finite, every class with as many keypoints."""
+def checked_sigmas(keypoint_sigmas: KeypointSigmas, iou_type: str) -> Optional[CheckedSigmas]:
+    """``keypoint_sigmas`` checked: positive and finite, every class with as many keypoints; None, and none may be
+    given, unless ``iou_type`` is "keypoints"."""
+    if iou_type != "keypoints":
+        if keypoint_sigmas is not None:
+            raise ValueError(f"keypoint_sigmas are for iou_type='keypoints', not {iou_type!r}")
+        return None
     if keypoint_sigmas is None:
         return COCO_PERSON_SIGMAS
     if not isinstance(keypoint_sigmas, Mapping):

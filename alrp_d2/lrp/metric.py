@@ -80,7 +80,7 @@ class LRP:
             raise ValueError(f"max_detections must be a positive integer, got {max_detections!r}")
         self.iou_type = iou_type
         self.max_detections = max_detections
-        self._sigmas = checked_sigmas(keypoint_sigmas) if iou_type == "keypoints" else None
+        self._sigmas = checked_sigmas(keypoint_sigmas, iou_type)
         self._images: List[Dict[str, ImageArrays]] = []
 
     def update(self, preds: Sequence[Mapping[str, Any]], target: Sequence[Mapping[str, Any]]) -> None:
