@@ -16,7 +16,11 @@ from pycocotools import mask as mask_utils
 from pycocotools.coco import COCO
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "lrp_official"
-CASES = ("boxes", "boxes_crowded", "masks")
+CASES = ("boxes", "boxes_crowded", "masks", "keypoints")
+#: The keypoints of the keypoint cases' objects (COCO's person's, the official default sigmas).
+KEYPOINTS = 17
+#: Keypoints with tied scores: where the official code also cuts between tied detections (docs/lrp.md).
+TIED_CASE = "keypoints_tied"
 #: The official per-class arrays and the project's keys (x100 but the threshold).
 PER_CLASS = {
     "olrp": "oLRP_per_class",
@@ -57,11 +61,20 @@ def _masks(coco: COCO, anns: List[Dict[str, Any]], size: Tuple[int, int]) -> tor
     return torch.from_numpy(np.stack([mask_utils.decode(coco.annToRLE(ann)) for ann in anns]).astype(bool))
 
 
+def _keypoints(anns: List[Dict[str, Any]]) -> torch.Tensor:
+    return torch.tensor([a["keypoints"] for a in anns], dtype=torch.float64).reshape(len(anns), KEYPOINTS, 3)
+
+
 def _image_dict(coco: COCO, image_id: int, with_scores: bool, iou_type: str) -> Dict[str, torch.Tensor]:
     anns = coco.imgToAnns.get(image_id, [])
     boxes = torch.from_numpy(np.asarray([a["bbox"] for a in anns], dtype=np.float64).reshape(-1, 4))
     entry = {"labels": torch.tensor([a["category_id"] for a in anns], dtype=torch.int64)}
-    if iou_type == "bbox":
+    if iou_type == "keypoints":
+        entry["keypoints"] = _keypoints(anns)
+        if not with_scores:  # the ground truth's boxes and object areas, for OKS
+            entry["boxes"] = torch.cat([boxes[:, :2], boxes[:, :2] + boxes[:, 2:]], dim=1)
+            entry["area"] = torch.tensor([a["area"] for a in anns], dtype=torch.float64)
+    elif iou_type == "bbox":
         entry["boxes"] = torch.cat([boxes[:, :2], boxes[:, :2] + boxes[:, 2:]], dim=1)
     else:
         image = coco.imgs[image_id]
@@ -74,7 +87,8 @@ def _image_dict(coco: COCO, image_id: int, with_scores: bool, iou_type: str) -> 
 
 
 def metric_inputs(case: str) -> Tuple[List[Dict[str, torch.Tensor]], List[Dict[str, torch.Tensor]]]:
-    """``(preds, target)`` of every image of ``case`` for ``LRP.update`` (XYXY boxes, or masks)."""
+    """``(preds, target)`` of every image of ``case`` for ``LRP.update`` (XYXY boxes, masks, or keypoints with the
+    ground truth's boxes and areas)."""
     coco_gt, coco_dt = coco_pair(case)
     iou_type = official(case)["iou_type"]
     image_ids = sorted(coco_gt.getImgIds())

@@ -15,7 +15,7 @@ from alrp_d2.lrp.__main__ import main
 from .lrp_official_cases import case_files, official
 
 
-@pytest.mark.parametrize("case", ["boxes", "masks"])
+@pytest.mark.parametrize("case", ["boxes", "masks", "keypoints"])
 def test_json_equals_official(case, capsys):
     gt_file, dt_file = case_files(case)
     reference = official(case)
@@ -47,6 +47,9 @@ GT = {
     "categories": [{"id": 1, "name": "a"}],
 }
 DET = {"image_id": 1, "category_id": 1, "bbox": [0, 0, 5, 4], "score": 0.5}
+#: Two keypoints (--keypoint-sigmas 0.5,0.5): one labelled, one not.
+KEYPOINT_GT = {**GT, "annotations": [{**GT["annotations"][0], "keypoints": [1, 2, 2, 0, 0, 0], "num_keypoints": 1}]}
+KEYPOINT_DET = {"image_id": 1, "category_id": 1, "keypoints": [1, 2, 1, 3, 3, 1], "score": 0.5}
 
 
 @pytest.mark.parametrize(
@@ -67,11 +70,33 @@ DET = {"image_id": 1, "category_id": 1, "bbox": [0, 0, 5, 4], "score": 0.5}
         (GT, [{**DET, "score": float("nan")}], "bbox", r"dt.json: entry 0: 'score' must be a finite number"),
         (GT, [{**DET, "bbox": [0, 0, -1, 2]}], "bbox", "negative width"),
         (GT, [DET], "segm", "has no 'segmentation'"),
+        (GT, [KEYPOINT_DET], "keypoints", r"gt.json: annotations\[0\] \(id 5\): 'keypoints' must be a list of 6"),
+        (
+            {**KEYPOINT_GT, "annotations": [{**KEYPOINT_GT["annotations"][0], "keypoints": [1, 2, 3, 0, 0, 0]}]},
+            [KEYPOINT_DET],
+            "keypoints",
+            "visibilities .* must be 0, 1 or 2",
+        ),
+        (
+            {**KEYPOINT_GT, "annotations": [{**KEYPOINT_GT["annotations"][0], "num_keypoints": 2}]},
+            [KEYPOINT_DET],
+            "keypoints",
+            r"'num_keypoints' must be the number of labelled keypoints \(v > 0\), 1, got 2",
+        ),
+        (
+            KEYPOINT_GT,
+            [KEYPOINT_DET, {**KEYPOINT_DET, "keypoints": [1, 2, 1]}],
+            "keypoints",
+            r"dt.json: entry 1: 'keyp",
+        ),
+        (KEYPOINT_GT, [{**KEYPOINT_DET, "keypoints": [1, 2, 1, float("inf"), 3, 1]}], "keypoints", "finite numbers"),
+        (KEYPOINT_GT, [{**KEYPOINT_DET, "bbox": [0, 0, 2, 2]}, KEYPOINT_DET], "keypoints", "entry 1: 'bbox' must be"),
     ],
 )
 def test_bad_files_are_refused_naming_file_and_entry(tmp_path, capsys, gt, detections, iou_type, message):
     gt_file, dt_file = write(tmp_path, "gt.json", gt), write(tmp_path, "dt.json", detections)
-    assert main([gt_file, dt_file, "--iou-type", iou_type]) == 2
+    sigmas = ["--keypoint-sigmas", "0.5,0.5"] if iou_type == "keypoints" else []
+    assert main([gt_file, dt_file, "--iou-type", iou_type, *sigmas]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1, err
     assert err.startswith("python -m alrp_d2.lrp: ") and re.search(message, err), err
@@ -84,3 +109,18 @@ def test_missing_file_and_no_detection(tmp_path, capsys):
     assert main([gt_file, write(tmp_path, "dt.json", []), "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed["oLRP"] == 100.0 and printed["oLRP_FN"] == 100.0 and printed["oLRP_loc"] is None
+
+
+def test_keypoint_sigmas_option(tmp_path, capsys):
+    """--keypoint-sigmas sets the OKS falloff: the detection's unlabelled second keypoint counts nowhere, its first
+    hits the labelled one (OKS 1); a malformed list is a usage error."""
+    gt_file, dt_file = write(tmp_path, "gt.json", KEYPOINT_GT), write(tmp_path, "dt.json", [KEYPOINT_DET])
+    assert main([gt_file, dt_file, "--iou-type", "keypoints", "--keypoint-sigmas", "0.5,0.5", "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["oLRP"] == 0.0 and printed["thresholds"] == [0.5]
+    with pytest.raises(SystemExit):
+        main([gt_file, dt_file, "--iou-type", "keypoints", "--keypoint-sigmas", "0.5,-1"])
+    assert "positive finite sigmas expected" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main([gt_file, dt_file, "--keypoint-sigmas", "0.5,0.5"])
+    assert "--keypoint-sigmas is for --iou-type keypoints, not bbox" in capsys.readouterr().err

@@ -68,7 +68,7 @@ def test_masks_of_different_sizes_are_refused():
 
 def test_arguments_are_checked():
     with pytest.raises(ValueError, match="iou_type"):
-        LRP(iou_type="keypoints")
+        LRP(iou_type="boxes")
     with pytest.raises(ValueError, match="max_detections"):
         LRP(max_detections=0)
 

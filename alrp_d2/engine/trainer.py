@@ -332,8 +332,12 @@ class AlrpTrainer(RunTrainer):
         output_folder: Optional[str] = None,
         model_record: Optional[Dict[str, str]] = None,
     ):
-        """The LRP evaluator of the images the test loader reads: the first TEST.MAX_IMAGES of the dataset."""
+        """The LRP evaluator of the images the test loader reads: the first TEST.MAX_IMAGES of the dataset (keypoints'
+        OKS with TEST.KEYPOINT_OKS_SIGMAS, COCO's person sigmas when empty)."""
         evaluated = first_images_dataset(dataset_name, cfg.TEST.MAX_IMAGES, "TEST.MAX_IMAGES", log=False)
         return COCOLRPEvaluator(
-            evaluated, output_dir=output_folder or f"{cfg.OUTPUT_DIR}/inference", model_record=model_record
+            evaluated,
+            output_dir=output_folder or f"{cfg.OUTPUT_DIR}/inference",
+            kpt_oks_sigmas=tuple(cfg.TEST.KEYPOINT_OKS_SIGMAS),
+            model_record=model_record,
         )

@@ -22,7 +22,11 @@ from ..lrp.lrp_metric import LRP_TAU, ClassResult, evaluate_classes, summarise
 
 LRP_THRESHOLDS_FILE = "lrp_optimal_thresholds.json"
 #: The tasks that get LRP metrics, and the file of their LRP-optimal thresholds.
-LRP_THRESHOLD_FILES = {"bbox": LRP_THRESHOLDS_FILE, "segm": "lrp_optimal_thresholds_segm.json"}
+LRP_THRESHOLD_FILES = {
+    "bbox": LRP_THRESHOLDS_FILE,
+    "segm": "lrp_optimal_thresholds_segm.json",
+    "keypoints": "lrp_optimal_thresholds_keypoints.json",
+}
 AP90_IOU = 0.9
 LRP_METRICS = ("oLRP", "oLRP_loc", "oLRP_FP", "oLRP_FN", "AP90", "rho")
 UNDEFINED_BECAUSE = {
@@ -83,23 +87,24 @@ class NonFiniteDetectionsError(ValueError):
 
 
 def check_finite_detections(predictions: Sequence[Mapping[str, Any]]) -> None:
-    """Raises :class:`NonFiniteDetectionsError` counting the detections (COCO json: ``bbox``, ``score``) of
-    ``predictions`` (detectron2's per-image ``{"image_id", "instances"}``) whose box or score is not finite,
-    naming the first images: pycocotools would match and score them as if they were boxes."""
+    """Raises :class:`NonFiniteDetectionsError` counting the detections (COCO json: ``bbox``, ``keypoints``,
+    ``score``) of ``predictions`` (detectron2's per-image ``{"image_id", "instances"}``) whose box, keypoints or score
+    is not finite, naming the first images: pycocotools would match and score them as if they were boxes."""
     images = []
     count = 0
     for prediction in predictions:
         bad = sum(
             1
             for detection in prediction.get("instances", ())
-            if not all(math.isfinite(v) for v in detection.get("bbox", ())) or not math.isfinite(detection["score"])
+            if not all(math.isfinite(v) for v in (*detection.get("bbox", ()), *detection.get("keypoints", ())))
+            or not math.isfinite(detection["score"])
         )
         if bad:
             images.append(prediction["image_id"])
             count += bad
     if count:
         raise NonFiniteDetectionsError(
-            f"{count} detection(s) of {len(images)} image(s) have a NaN or infinite box coordinate or score (image "
+            f"{count} detection(s) of {len(images)} image(s) have a NaN or infinite box, keypoint or score (image "
             f"ids {images[:10]}{' ...' if len(images) > 10 else ''}): the model's outputs are broken (weights of a "
             "diverged run, or inputs it cannot take) and cannot be scored"
         )
@@ -107,18 +112,20 @@ def check_finite_detections(predictions: Sequence[Mapping[str, Any]]) -> None:
 
 class COCOLRPEvaluator(COCOEvaluator):
     """detectron2's COCOEvaluator whose ``results["bbox"]`` (and ``results["segm"]`` for instance
-    masks, with the masks' IoUs, as the official LRP code evaluates segmentation) also holds ``oLRP``, ``oLRP_loc``,
-    ``oLRP_FP``, ``oLRP_FN`` (x100, means over classes with ground truth; the localisation and FP
-    components over classes with a true positive), ``AP90`` (x100), ``rho`` (mean Spearman correlation between
+    masks, with the masks' IoUs, as the official LRP code evaluates segmentation; ``results["keypoints"]`` for
+    keypoints, with OKS and detectron2's ``kpt_oks_sigmas``, at most 20 detections per image) also holds
+    ``oLRP``, ``oLRP_loc``, ``oLRP_FP``, ``oLRP_FN`` (x100, means over classes with ground truth; the localisation
+    and FP components over classes with a true positive), ``AP90`` (x100), ``rho`` (mean Spearman correlation between
     scores and IoUs of the TPs, in [-1, 1]) and ``oLRP-<class name>`` (``oLRP-<name> (id <id>)`` for a
     name that several classes share). The LRP-optimal score threshold of every class is written to
-    ``<output_dir>/lrp_optimal_thresholds.json`` (``..._segm.json`` for masks) as ``{"model":
-    model_record, "task": "bbox" or "segm", "images": {"dataset", "evaluated", "of"}, "thresholds": {category id:
-    {"name", "threshold"}}}`` (``images``: how many of the dataset's images they were computed on);
-    ``model_record`` ({"architecture", "weights_sha256"}, from ``AlrpTrainer.test``; None when
-    unknown) lets :class:`~alrp_d2.evaluation.LRPThresholdPredictor` refuse the file for another model.
+    ``<output_dir>/lrp_optimal_thresholds.json`` (``..._segm.json`` for masks, ``..._keypoints.json`` for
+    keypoints) as ``{"model": model_record, "task": "bbox", "segm" or "keypoints", "images": {"dataset",
+    "evaluated", "of"}, "thresholds": {category id: {"name", "threshold"}}}`` (``images``: how many of the
+    dataset's images they were computed on); ``model_record`` ({"architecture", "weights_sha256"}, from
+    ``AlrpTrainer.test``; None when unknown) lets :class:`~alrp_d2.evaluation.LRPThresholdPredictor` refuse the file
+    for another model.
 
-    Detections with a NaN or infinite box coordinate or score are an error
+    Detections with a NaN or infinite box coordinate, keypoint or score are an error
     (:class:`NonFiniteDetectionsError`, on the process that evaluates), never scored.
     Empty cases give NaN with a warning naming the reason, never an error: no detection at all,
     no ground truth in the test set (all LRP metrics), a class without ground truth (left out of

@@ -1,5 +1,5 @@
-"""``python -m alrp_d2.lrp GT.json DETECTIONS.json [--iou-type bbox|segm] [--json]``: LRP of COCO results on a COCO
-ground truth, as a table or one JSON object (the keys of :func:`~alrp_d2.lrp.evaluate_coco`, NaN as null). A file
+"""``python -m alrp_d2.lrp GT.json DETECTIONS.json [--iou-type bbox|segm|keypoints] [--json]``: LRP of COCO results on
+a COCO ground truth, as a table or one JSON object (the keys of :func:`~alrp_d2.lrp.evaluate_coco`, NaN as null). A file
 that cannot be evaluated is refused with one line naming the file and the entry, exit status 2. With ``--panoptic
 GT_FOLDER PRED_FOLDER``, GT.json and the second file are COCO panoptic files (:mod:`.panoptic_command`)."""
 
@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from .coco_api import evaluate_coco
 from .coco_files import CocoFileError, load_coco_pair
+from .keypoint_similarity import COCO_PERSON_SIGMAS
 from .panoptic_command import run_panoptic
 from .results import LRP_METRICS, PER_CLASS_KEYS
 
@@ -34,8 +35,9 @@ def results_table(results: Dict[str, Any], names: Dict[int, str], iou_type: str)
     for i, category_id in enumerate(results["classes"]):
         values = [_cell(results[key][i], 4 if key == "thresholds" else 3) for key in PER_CLASS_KEYS]
         per_class.append([names[category_id], str(category_id), str(results["num_gt_per_class"][i]), *values])
+    similarity = "OKS" if iou_type == "keypoints" else "IoU"
     return (
-        f"LRP ({iou_type}, IoU 0.5; x100 but rho; '-' undefined)\n{_rows_text(summary)}\n\n"
+        f"LRP ({iou_type}, {similarity} 0.5; x100 but rho; '-' undefined)\n{_rows_text(summary)}\n\n"
         f"Per category (threshold: the LRP-optimal score threshold)\n{_rows_text(per_class)}"
     )
 
@@ -48,11 +50,31 @@ def _without_nan(value: Any) -> Any:
     return value
 
 
+def _sigmas(text: str) -> List[float]:
+    try:
+        sigmas = [float(value) for value in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"comma-separated numbers expected, got {text!r}") from None
+    if not all(math.isfinite(s) and s > 0 for s in sigmas):
+        raise argparse.ArgumentTypeError(f"positive finite sigmas expected, got {text!r}")
+    return sigmas
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m alrp_d2.lrp", description=__doc__.split("\n\n")[0])
     parser.add_argument("ground_truth", metavar="GT.json", help="COCO annotations (images, annotations, categories)")
     parser.add_argument("detections", metavar="DETECTIONS.json", help="COCO results (a list of detections)")
-    parser.add_argument("--iou-type", choices=("bbox", "segm"), default="bbox", help="boxes' or masks' IoUs")
+    parser.add_argument(
+        "--iou-type", choices=("bbox", "segm", "keypoints"), default="bbox", help="boxes' or masks' IoUs, or OKS"
+    )
+    parser.add_argument(
+        "--keypoint-sigmas",
+        type=_sigmas,
+        default=None,
+        metavar="S1,S2,...",
+        help="--iou-type keypoints: OKS sigmas of every category's keypoints, comma-separated (default: COCO's 17 of "
+        "the person)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     parser.add_argument(
         "--panoptic",
@@ -61,17 +83,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         help="panoptic LRP and PQ: the two files are COCO panoptic JSONs, these folders hold their PNGs",
     )
     args = parser.parse_args(argv)
+    if args.keypoint_sigmas is not None and args.iou_type != "keypoints":
+        parser.error(f"--keypoint-sigmas is for --iou-type keypoints, not {args.iou_type}")
     if args.panoptic:
         if args.iou_type != "bbox":
             parser.error("--iou-type does not apply to --panoptic")
         gt_folder, pred_folder = args.panoptic
         return run_panoptic(args.ground_truth, args.detections, gt_folder, pred_folder, args.json)
     try:
-        coco_gt, coco_dt = load_coco_pair(args.ground_truth, args.detections, args.iou_type)
+        keypoints = len(args.keypoint_sigmas or COCO_PERSON_SIGMAS) if args.iou_type == "keypoints" else 0
+        coco_gt, coco_dt = load_coco_pair(args.ground_truth, args.detections, args.iou_type, keypoints)
     except CocoFileError as error:
         print(f"python -m alrp_d2.lrp: {error}", file=sys.stderr)
         return 2
-    results = evaluate_coco(coco_gt, coco_dt, args.iou_type)
+    results = evaluate_coco(coco_gt, coco_dt, args.iou_type, keypoint_sigmas=args.keypoint_sigmas)
     if args.json:
         print(json.dumps({key: _without_nan(value) for key, value in results.items()}))
     else:

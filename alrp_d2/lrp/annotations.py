@@ -1,5 +1,6 @@
-"""Detections and ground truths of a whole evaluation as flat arrays (one row per box or mask, all images), the input
-of :mod:`.matching`. Boxes are COCO ``[x, y, width, height]``; masks are COCO RLEs (pycocotools)."""
+"""Detections and ground truths of a whole evaluation as flat arrays (one row per box, mask or keypoint set, all
+images), the input of :mod:`.matching`. Boxes are COCO ``[x, y, width, height]``; masks are COCO RLEs (pycocotools);
+keypoints are N x K x 3 (x, y and, for ground truths, COCO's visibility: 0 unlabelled)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ AREA_ALL = (0.0, 1e5**2)
 @dataclass(frozen=True)
 class Detections:
     """``image`` (index), ``label`` (class index), ``score``, ``box`` (N x 4 XYWH), ``area`` (the box's or the
-    mask's) and, for segmentation, ``masks`` (one RLE per row)."""
+    mask's) and, for segmentation, ``masks`` (one RLE per row), for keypoint detection ``keypoints``."""
 
     image: np.ndarray
     label: np.ndarray
@@ -23,12 +24,13 @@ class Detections:
     box: np.ndarray
     area: np.ndarray
     masks: Optional[List[Any]] = None
+    keypoints: Optional[np.ndarray] = None
 
 
 @dataclass(frozen=True)
 class GroundTruths:
     """As :class:`Detections`, with ``crowd`` (COCO ``iscrowd``: a region that detections may hit without being
-    false positives) instead of a score."""
+    false positives) instead of a score, and for keypoint detection COCO's ``num_keypoints`` (the labelled ones)."""
 
     image: np.ndarray
     label: np.ndarray
@@ -36,11 +38,14 @@ class GroundTruths:
     box: np.ndarray
     area: np.ndarray
     masks: Optional[List[Any]] = None
+    keypoints: Optional[np.ndarray] = None
+    num_keypoints: Optional[np.ndarray] = None
 
     @property
     def ignored(self) -> np.ndarray:
-        """COCOeval's ignore flag: a crowd, or an area outside the range 'all'."""
-        return self.crowd | (self.area < AREA_ALL[0]) | (self.area > AREA_ALL[1])
+        """COCOeval's ignore flag: a crowd, an area outside the range 'all' or, with keypoints, no labelled one."""
+        ignored = self.crowd | (self.area < AREA_ALL[0]) | (self.area > AREA_ALL[1])
+        return ignored if self.num_keypoints is None else ignored | (self.num_keypoints == 0)
 
 
 def xyxy_to_xywh(boxes: np.ndarray) -> np.ndarray:

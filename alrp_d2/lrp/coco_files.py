@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Set, Tuple
 from pycocotools.coco import COCO
 
 from ..json_file import load_json
+from .coco_keypoint_checks import detection_keypoint_problem, ground_truth_keypoint_problem
 
 
 class CocoFileError(ValueError):
@@ -64,7 +65,9 @@ def _rle_problem(segmentation: Any, size: Tuple[int, int]) -> str:
     return ""
 
 
-def _ground_truth_problem(ann: Dict[str, Any], images: Dict[int, Tuple[int, int]], categories: Set[int], segm: bool):
+def _ground_truth_problem(
+    ann: Dict[str, Any], images: Dict[int, Tuple[int, int]], categories: Set[int], segm: bool, keypoints: int
+):
     if ann.get("image_id") not in images:
         return f"image_id {ann.get('image_id')!r} is not an image of the file"
     if ann.get("category_id") not in categories:
@@ -75,7 +78,8 @@ def _ground_truth_problem(ann: Dict[str, Any], images: Dict[int, Tuple[int, int]
         return f"'area' must be a finite number >= 0, got {ann.get('area')!r}"
     if segm and not isinstance(ann.get("segmentation"), (list, dict)):
         return "has no 'segmentation' (polygons or RLE), which --iou-type segm needs"
-    return _box_problem(ann.get("bbox"))
+    keypoint_problem = ground_truth_keypoint_problem(ann, keypoints) if keypoints else ""
+    return keypoint_problem or _box_problem(ann.get("bbox"))
 
 
 def _image_sizes(images: List[Dict[str, Any]], path: str) -> Dict[int, Tuple[int, int]]:
@@ -85,21 +89,21 @@ def _image_sizes(images: List[Dict[str, Any]], path: str) -> Dict[int, Tuple[int
     return {image["id"]: (image["height"], image["width"]) for image in images}
 
 
-def check_ground_truth(path: str, segm: bool) -> Dict[str, Any]:
-    """The content of the ground-truth file ``path`` after its checks."""
+def check_ground_truth(path: str, segm: bool, keypoints: int = 0) -> Dict[str, Any]:
+    """The content of the ground-truth file ``path`` after its checks (``keypoints`` per object, if any)."""
     content = _read(path)
     if not isinstance(content, dict):
         raise CocoFileError(f"{path}: a COCO ground-truth file is an object with images, annotations, categories")
     images = _image_sizes(_entries(content, "images", path), path)
     categories = {category["id"] for category in _entries(content, "categories", path)}
     for index, ann in enumerate(_entries(content, "annotations", path)):
-        problem = _ground_truth_problem(ann, images, categories, segm)
+        problem = _ground_truth_problem(ann, images, categories, segm, keypoints)
         if problem:
             raise CocoFileError(f"{path}: annotations[{index}] (id {ann['id']}): {problem}")
     return content
 
 
-def _detection_problem(det: Any, ground_truth: Dict[str, Any], segm: bool) -> str:
+def _detection_problem(det: Any, ground_truth: Dict[str, Any], segm: bool, keypoints: int, boxed: bool) -> str:
     if not isinstance(det, dict):
         return f"must be an object, got {det!r:.200}"
     sizes = {image["id"]: (image["height"], image["width"]) for image in ground_truth["images"]}
@@ -109,26 +113,31 @@ def _detection_problem(det: Any, ground_truth: Dict[str, Any], segm: bool) -> st
         return f"category_id {det.get('category_id')!r} is not a category of the ground truth"
     if not _is_number(det.get("score")):
         return f"'score' must be a finite number, got {det.get('score')!r}"
+    if keypoints:
+        # pycocotools reads every keypoint result's area from its box when the first has one (loadRes).
+        return detection_keypoint_problem(det, keypoints) or (_box_problem(det.get("bbox")) if boxed else "")
     return _rle_problem(det.get("segmentation"), sizes[det["image_id"]]) if segm else _box_problem(det.get("bbox"))
 
 
-def check_detections(path: str, ground_truth: Dict[str, Any], segm: bool) -> List[Dict[str, Any]]:
+def check_detections(path: str, ground_truth: Dict[str, Any], segm: bool, keypoints: int = 0) -> List[Dict[str, Any]]:
     """The detections of the results file ``path`` (a list of COCO results) after their checks."""
     content = _read(path)
     if not isinstance(content, list):
         raise CocoFileError(f"{path}: a COCO results file is a list of detections, got {type(content).__name__}")
+    boxed = bool(content) and isinstance(content[0], dict) and bool(content[0].get("bbox"))
     for index, det in enumerate(content):
-        problem = _detection_problem(det, ground_truth, segm)
+        problem = _detection_problem(det, ground_truth, segm, keypoints, boxed)
         if problem:
             raise CocoFileError(f"{path}: entry {index}: {problem}")
     return content
 
 
-def load_coco_pair(gt_path: str, dt_path: str, iou_type: str) -> Tuple[COCO, COCO]:
-    """pycocotools ``COCO`` objects of the checked ground truth and detections (no detection: an empty result)."""
+def load_coco_pair(gt_path: str, dt_path: str, iou_type: str, keypoints: int = 0) -> Tuple[COCO, COCO]:
+    """pycocotools ``COCO`` objects of the checked ground truth and detections (no detection: an empty result);
+    ``keypoints``: the number of keypoints of every object with ``iou_type="keypoints"``."""
     segm = iou_type == "segm"
-    ground_truth = check_ground_truth(gt_path, segm)
-    detections = check_detections(dt_path, ground_truth, segm)
+    ground_truth = check_ground_truth(gt_path, segm, keypoints)
+    detections = check_detections(dt_path, ground_truth, segm, keypoints)
     with contextlib.redirect_stdout(io.StringIO()):
         coco_gt = COCO()
         coco_gt.dataset = ground_truth

@@ -1,17 +1,19 @@
 """The per-image dicts of :class:`~alrp_d2.lrp.LRP` (torchmetrics' ``MeanAveragePrecision`` format) checked and
 turned into numpy arrays: predictions ``boxes`` (N x 4, absolute ``[x1, y1, x2, y2]``) or ``masks`` (N x H x W),
-``scores`` (N), ``labels`` (N); targets the same without scores, with optional ``iscrowd`` (M). Every error names the
-list, the image index and the key."""
+``scores`` (N), ``labels`` (N); targets the same without scores, with optional ``iscrowd`` (M). For keypoints
+(:mod:`.keypoint_inputs`), predictions ``keypoints`` (N x K x 2 or 3) and targets ``keypoints`` (M x K x 3), ``boxes``
+and an optional ``area`` (M). Every error names the list, the image index and the key."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 import torch
 from pycocotools import mask as mask_utils
 
 from .annotations import xyxy_to_xywh
+from .keypoint_inputs import prediction_keypoints, target_keypoints
 
 ImageArrays = Dict[str, Any]
 
@@ -68,8 +70,18 @@ def _regions(entry: Mapping[str, Any], where: str, count: int, iou_type: str) ->
     return {"box": box.astype(np.float64), "area": area, "masks": rles}
 
 
-def prediction_arrays(entry: Mapping[str, Any], index: int, iou_type: str) -> ImageArrays:
-    """One image's predictions (``preds[index]``) as arrays: label, score, box, area, masks."""
+def _target_area(entry: Mapping[str, Any], where: str, count: int) -> Optional[np.ndarray]:
+    if "area" not in entry:
+        return None
+    area = _as_numpy(entry["area"]).astype(np.float64)
+    if area.shape != (count,) or not np.all(np.isfinite(area) & (area >= 0)):
+        raise ValueError(f"{where}['area'] must hold a finite area >= 0 for each of its {count} labels, got {area}")
+    return area
+
+
+def prediction_arrays(entry: Mapping[str, Any], index: int, iou_type: str, keypoint_count: int = 0) -> ImageArrays:
+    """One image's predictions (``preds[index]``) as arrays: label, score, box, area, masks (keypoints with
+    ``keypoint_count`` keypoints each)."""
     where = f"preds[{index}]"
     if not isinstance(entry, Mapping):
         raise TypeError(f"{where} must be a dict, got {type(entry).__name__}")
@@ -79,11 +91,14 @@ def prediction_arrays(entry: Mapping[str, Any], index: int, iou_type: str) -> Im
         raise ValueError(f"{where}['scores'] must have shape {labels.shape} as its labels, got {scores.shape}")
     if not np.all(np.isfinite(scores)):
         raise ValueError(f"{where}['scores'] holds NaN or infinite scores")
+    if iou_type == "keypoints":
+        return {"label": labels, "score": scores, **prediction_keypoints(entry, where, len(labels), keypoint_count)}
     return {"label": labels, "score": scores, **_regions(entry, where, len(labels), iou_type)}
 
 
-def target_arrays(entry: Mapping[str, Any], index: int, iou_type: str) -> ImageArrays:
-    """One image's ground truth (``target[index]``) as arrays: label, crowd, box, area, masks."""
+def target_arrays(entry: Mapping[str, Any], index: int, iou_type: str, keypoint_count: int = 0) -> ImageArrays:
+    """One image's ground truth (``target[index]``) as arrays: label, crowd, box, area, masks (keypoints and
+    num_keypoints)."""
     where = f"target[{index}]"
     if not isinstance(entry, Mapping):
         raise TypeError(f"{where} must be a dict, got {type(entry).__name__}")
@@ -91,7 +106,12 @@ def target_arrays(entry: Mapping[str, Any], index: int, iou_type: str) -> ImageA
     crowd = _as_numpy(entry["iscrowd"]) if "iscrowd" in entry else np.zeros(len(labels), dtype=np.int64)
     if crowd.shape != labels.shape or not np.all((crowd == 0) | (crowd == 1)):
         raise ValueError(f"{where}['iscrowd'] must hold 0 or 1 for each of its {len(labels)} labels, got {crowd}")
-    return {"label": labels, "crowd": crowd.astype(bool), **_regions(entry, where, len(labels), iou_type)}
+    if iou_type == "keypoints":
+        boxes, area = _boxes(entry, where, len(labels)), _target_area(entry, where, len(labels))
+        regions = target_keypoints(entry, where, len(labels), keypoint_count, boxes, area)
+    else:
+        regions = _regions(entry, where, len(labels), iou_type)
+    return {"label": labels, "crowd": crowd.astype(bool), **regions}
 
 
 def check_sizes(preds: ImageArrays, target: ImageArrays, index: int) -> None:
@@ -102,9 +122,10 @@ def check_sizes(preds: ImageArrays, target: ImageArrays, index: int) -> None:
 
 
 def image_pairs(
-    preds: Sequence[Mapping[str, Any]], target: Sequence[Mapping[str, Any]], iou_type: str
+    preds: Sequence[Mapping[str, Any]], target: Sequence[Mapping[str, Any]], iou_type: str, keypoint_count: int = 0
 ) -> List[Dict[str, ImageArrays]]:
-    """The checked images of one ``update``: ``{"preds": ..., "target": ...}`` each."""
+    """The checked images of one ``update``: ``{"preds": ..., "target": ...}`` each (``keypoint_count`` keypoints
+    per object with ``iou_type="keypoints"``)."""
     if not isinstance(preds, Sequence) or not isinstance(target, Sequence):
         raise TypeError(
             f"preds and target must be lists of per-image dicts, got {type(preds).__name__} and {type(target).__name__}"
@@ -113,7 +134,10 @@ def image_pairs(
         raise ValueError(f"preds and target must hold the same number of images, got {len(preds)} and {len(target)}")
     pairs = []
     for index, (pred, truth) in enumerate(zip(preds, target)):
-        pair = {"preds": prediction_arrays(pred, index, iou_type), "target": target_arrays(truth, index, iou_type)}
+        pair = {
+            "preds": prediction_arrays(pred, index, iou_type, keypoint_count),
+            "target": target_arrays(truth, index, iou_type, keypoint_count),
+        }
         if iou_type == "segm":
             check_sizes(pair["preds"], pair["target"], index)
         pairs.append(pair)

@@ -2,21 +2,25 @@
 matches them for the area range 'all': per image and class, the detections by descending score (stable), at most
 ``max_detections`` of them, each taking the free ground truth of highest IoU at or above the threshold (regular ones
 before crowds, which stay free; :func:`~.greedy_matching.greedy_assignment`). The IoUs are computed once, vectorised for
-boxes (the arithmetic of pycocotools' ``bbIou``), per image and class for masks (``pycocotools.mask.iou``), and reused
-for every threshold."""
+boxes (the arithmetic of pycocotools' ``bbIou``) and keypoints (OKS, :mod:`.keypoint_similarity`), per image and class
+for masks (``pycocotools.mask.iou``), and reused for every threshold."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
+from typing import Any, Optional, TypeVar
 
 import numpy as np
 from pycocotools import mask as mask_utils
 
 from .annotations import AREA_ALL, Detections, GroundTruths
 from .greedy_matching import greedy_assignment, matched_ious
+from .keypoint_similarity import keypoint_similarities
 from .lrp_metric import DetectionMatches
 
-IOU_TYPES = ("bbox", "segm")
+IOU_TYPES = ("bbox", "segm", "keypoints")
+#: COCOeval's ``maxDets[-1]`` of each IoU type: the detections evaluated per image and class.
+COCO_MAX_DETECTIONS = {"bbox": 100, "segm": 100, "keypoints": 20}
 
 
 @dataclass(frozen=True)
@@ -33,14 +37,18 @@ class CandidateMatches:
     edge_iou: np.ndarray
 
 
-def _take_detections(dets: Detections, index: np.ndarray) -> Detections:
-    masks = None if dets.masks is None else [dets.masks[i] for i in index.tolist()]
-    return Detections(dets.image[index], dets.label[index], dets.score[index], dets.box[index], dets.area[index], masks)
+Rows = TypeVar("Rows", Detections, GroundTruths)
 
 
-def _take_ground_truths(gts: GroundTruths, index: np.ndarray) -> GroundTruths:
-    masks = None if gts.masks is None else [gts.masks[i] for i in index.tolist()]
-    return GroundTruths(gts.image[index], gts.label[index], gts.crowd[index], gts.box[index], gts.area[index], masks)
+def _take(value: Any, index: np.ndarray) -> Any:
+    if value is None:
+        return None
+    return [value[i] for i in index.tolist()] if isinstance(value, list) else value[index]
+
+
+def _take_rows(rows: Rows, index: np.ndarray) -> Rows:
+    """The rows ``index`` of every array (and of the masks' list) of ``rows``."""
+    return replace(rows, **{field.name: _take(getattr(rows, field.name), index) for field in fields(rows)})
 
 
 def _pair_keys(image: np.ndarray, label: np.ndarray, num_classes: int) -> np.ndarray:
@@ -98,16 +106,39 @@ def _mask_ious(
     return ious
 
 
+def _keypoint_similarities(
+    dets: Detections, gts: GroundTruths, edge_det: np.ndarray, edge_gt: np.ndarray, sigmas: Optional[np.ndarray]
+) -> np.ndarray:
+    if len(edge_det) == 0:
+        return np.zeros(0)
+    if dets.keypoints is None or gts.keypoints is None or sigmas is None:
+        raise ValueError("keypoint matching needs the keypoints of the detections and of the ground truths and sigmas")
+    return keypoint_similarities(
+        dets.keypoints[edge_det, :, :2],
+        gts.keypoints[edge_gt],
+        gts.box[edge_gt],
+        gts.area[edge_gt],
+        sigmas[gts.label[edge_gt]],
+    )
+
+
 def candidate_matches(
-    dets: Detections, gts: GroundTruths, num_classes: int, iou_type: str, max_detections: int, min_iou: float
+    dets: Detections,
+    gts: GroundTruths,
+    num_classes: int,
+    iou_type: str,
+    max_detections: int,
+    min_iou: float,
+    sigmas: Optional[np.ndarray] = None,
 ) -> CandidateMatches:
-    """The evaluated detections and ground truths in COCOeval's order and their edges with IoU >= ``min_iou``."""
+    """The evaluated detections and ground truths in COCOeval's order and their edges with IoU >= ``min_iou``
+    (keypoints: OKS with ``sigmas``, one row of K per class)."""
     if iou_type not in IOU_TYPES:
         raise ValueError(f"iou_type must be one of {IOU_TYPES}, got {iou_type!r}")
-    dets = _take_detections(dets, _evaluated_detections(dets, num_classes, max_detections))
+    dets = _take_rows(dets, _evaluated_detections(dets, num_classes, max_detections))
     gt_keys = _pair_keys(gts.image, gts.label, num_classes)
     gt_order = np.argsort(gt_keys, kind="stable")
-    gts, gt_keys = _take_ground_truths(gts, gt_order), gt_keys[gt_order]
+    gts, gt_keys = _take_rows(gts, gt_order), gt_keys[gt_order]
     det_keys = _pair_keys(dets.image, dets.label, num_classes)
     gt_start = np.searchsorted(gt_keys, det_keys, side="left")
     count = np.searchsorted(gt_keys, det_keys, side="right") - gt_start
@@ -115,6 +146,8 @@ def candidate_matches(
     edge_gt = np.repeat(gt_start, count) + np.arange(len(edge_det)) - np.repeat(np.cumsum(count) - count, count)
     if iou_type == "bbox":
         edge_iou = box_ious(dets.box[edge_det], gts.box[edge_gt], gts.crowd[edge_gt])
+    elif iou_type == "keypoints":
+        edge_iou = _keypoint_similarities(dets, gts, edge_det, edge_gt, sigmas)
     else:
         edge_iou = _mask_ious(dets, gts, num_classes, gt_start, count)
     kept = edge_iou >= min(min_iou, 1 - 1e-10)
