@@ -79,7 +79,7 @@ def _image_labels(rng: np.random.Generator, image_id: int) -> Tuple[List[int], L
 def make_case(seed: int) -> Tuple[Dict[str, Any], List[Dict[str, Any]]]:
     """An LVIS ground truth and its detections: positive, negative and not-exhaustive categories per image (one
     category in neither list still detected), images without objects (every fifth) and without detections (every
-    sixth), a category without ground truth (detected where it is negative), one never detected, an object
+    sixth), a category without ground truth (detected where it is negative), one never detected, a detected object
     marked ``ignore``, one of area 0, a detection of width 0 and an image with more than 300 detections."""
     rng = np.random.default_rng(seed)
     gt: Dict[str, Any] = {"images": [], "annotations": []}
@@ -88,6 +88,7 @@ def make_case(seed: int) -> Tuple[Dict[str, Any], List[Dict[str, Any]]]:
         for c in range(1, CLASSES + 1)
     ]
     detections: List[Tuple[int, int, np.ndarray]] = []
+    detected: List[Dict[str, Any]] = []  # the objects with detections near them
     for image_id in range(1, IMAGES + 1):
         positives, negatives = _image_labels(rng, image_id)
         not_exhaustive = positives[:1] if image_id % 3 == 0 else []
@@ -113,14 +114,18 @@ def make_case(seed: int) -> Tuple[Dict[str, Any], List[Dict[str, Any]]]:
                 }
                 gt["annotations"].append(ann)
                 if category != NEVER_DETECTED and image_id % 6:
-                    detections += [(image_id, category, _jittered(box, rng)) for _ in range(int(rng.integers(0, 3)))]
+                    near = [(image_id, category, _jittered(box, rng)) for _ in range(int(rng.integers(0, 3)))]
+                    detected += [ann] if near else []
+                    detections += near
         if image_id % 6:
             detections += [(image_id, int(rng.integers(1, CLASSES + 1)), _box(rng)) for _ in range(4)]
-    gt["annotations"][4]["ignore"] = 1
-    gt["annotations"][7]["area"] = 0.0
+    detected[1]["ignore"] = 1
+    detected[3]["area"] = 0.0
     detections.append((1, gt["annotations"][0]["category_id"], np.array([10.0, 10.0, 0.0, 20.0])))
+    # The crowded image's extra detections score above all others: the cap cuts its detections near objects.
+    ranks = np.r_[rng.permutation(len(detections)), len(detections) + rng.permutation(CROWDED_EXTRA)]
     detections += [(CROWDED_IMAGE, int(rng.integers(1, CLASSES + 1)), _box(rng)) for _ in range(CROWDED_EXTRA)]
-    scores = rng.permutation(len(detections)) / len(detections) * 0.98 + 0.01  # distinct
+    scores = ranks / len(detections) * 0.98 + 0.01  # distinct
     results = [
         {"image_id": i, "category_id": c, "bbox": b.tolist(), "score": float(s), "polygon": _polygon(b, rng)}
         for (i, c, b), s in zip(detections, scores)

@@ -4,6 +4,8 @@
   ``compute()``, ``reset()``), on one or several processes;
 - :func:`evaluate_coco`: the same results for pycocotools ``COCO`` objects; ``python -m alrp_d2.lrp GT.json
   DETECTIONS.json`` for COCO files;
+- :func:`evaluate_lvis`: LRP on LVIS (federated labels, by frequency group) on LVIS files or their content;
+  ``python -m alrp_d2.lrp GT.json DETECTIONS.json --lvis``;
 - :func:`optimal_lrp`: oLRP of one class from its matches.
 
 ``alrp_d2.evaluation.COCOLRPEvaluator`` (detectron2) computes its LRP metrics with this package. docs/lrp.md.
@@ -11,7 +13,18 @@
 
 from .coco_api import evaluate_coco
 from .lrp_metric import optimal_lrp
+from .lvis_evaluation import LVIS_LRP_METRICS, evaluate_lvis
+from .lvis_files import LVISFileError
 from .metric import LRP
 from .results import LRP_METRICS, PER_CLASS_KEYS
 
-__all__ = ["LRP", "LRP_METRICS", "PER_CLASS_KEYS", "evaluate_coco", "optimal_lrp"]
+__all__ = [
+    "LRP",
+    "LRP_METRICS",
+    "LVIS_LRP_METRICS",
+    "LVISFileError",
+    "PER_CLASS_KEYS",
+    "evaluate_coco",
+    "evaluate_lvis",
+    "optimal_lrp",
+]

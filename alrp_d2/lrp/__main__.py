@@ -1,6 +1,7 @@
 """``python -m alrp_d2.lrp GT.json DETECTIONS.json [--iou-type bbox|segm] [--json]``: LRP of COCO results on a COCO
-ground truth, as a table or one JSON object (the keys of :func:`~alrp_d2.lrp.evaluate_coco`, NaN as null). A file
-that cannot be evaluated is refused with one line naming the file and the entry, exit status 2."""
+ground truth, as a table or one JSON object (the keys of :func:`~alrp_d2.lrp.evaluate_coco`, NaN as null); with
+``--lvis``, of LVIS results on an LVIS ground truth (:mod:`.lvis_command`). A file that cannot be evaluated is refused
+with one line naming the file and the entry, exit status 2."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from .coco_api import evaluate_coco
 from .coco_files import CocoFileError, load_coco_pair
+from .lvis_command import run_lvis
 from .results import LRP_METRICS, PER_CLASS_KEYS
 
 
@@ -52,7 +54,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("detections", metavar="DETECTIONS.json", help="COCO results (a list of detections)")
     parser.add_argument("--iou-type", choices=("bbox", "segm"), default="bbox", help="boxes' or masks' IoUs")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    parser.add_argument("--lvis", action="store_true", help="LVIS files: federated LRP by frequency group")
     args = parser.parse_args(argv)
+    if args.lvis:
+        return run_lvis(args.ground_truth, args.detections, args.iou_type, args.json)
     try:
         coco_gt, coco_dt = load_coco_pair(args.ground_truth, args.detections, args.iou_type)
     except CocoFileError as error:

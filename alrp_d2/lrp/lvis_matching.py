@@ -27,7 +27,12 @@ from .lvis_files import results_have_boxes
 from .matching import CandidateMatches, candidate_matches
 
 #: LVIS's area ranges (``Params.area_rng``).
-LVIS_AREA_RANGES = {"all": (0.0, 1e5**2), "small": (0.0, 32.0**2), "medium": (32.0**2, 96.0**2), "large": (96.0**2, 1e5**2)}
+LVIS_AREA_RANGES = {
+    "all": (0.0, 1e5**2),
+    "small": (0.0, 32.0**2),
+    "medium": (32.0**2, 96.0**2),
+    "large": (96.0**2, 1e5**2),
+}
 #: LVIS's detections per image (``LVISResults``'s ``max_dets``).
 LVIS_MAX_DETECTIONS = 300
 
@@ -134,9 +139,7 @@ def _pair_keys(image: np.ndarray, label: np.ndarray, num_classes: int) -> np.nda
     return image.astype(np.int64) * num_classes + label.astype(np.int64)
 
 
-def _image_label_keys(
-    content: Dict[str, Any], key: str, image_ids: np.ndarray, category_ids: np.ndarray
-) -> np.ndarray:
+def _image_label_keys(content: Dict[str, Any], key: str, image_ids: np.ndarray, category_ids: np.ndarray) -> np.ndarray:
     """The (image, category) pair keys of every image's ``key`` list (e.g. its negative categories)."""
     images = content["images"]
     counts = [len(image[key]) for image in images]
