@@ -7,6 +7,7 @@ import logging
 from importlib.util import find_spec
 from typing import Any, Dict, List, Optional, Sequence
 
+import numpy as np
 import torch
 from detectron2.data import MetadataCatalog
 from detectron2.evaluation import LVISEvaluator
@@ -18,8 +19,17 @@ from ..lrp.lvis_files import check_ground_truth, read_source
 from ..lrp.lvis_matching import LVIS_MAX_DETECTIONS
 from .coco_lrp_evaluation import check_finite_detections, class_labels, per_class_table
 
-#: Whether detectron2's LVIS AP can run: it needs the ``lvis`` package, which alrp-d2 does not depend on.
+#: Whether the ``lvis`` package (not a dependency of alrp-d2) is installed: detectron2's LVIS evaluation imports it.
 LVIS_API_INSTALLED = find_spec("lvis") is not None
+#: Why detectron2's LVIS AP cannot run here (None: it can): PyPI's lvis (0.5.3, the last release) accumulates with
+#: ``np.float``, which numpy 1.24 removed.
+LVIS_AP_UNAVAILABLE = (
+    "it needs the lvis package (pip install lvis)"
+    if not LVIS_API_INSTALLED
+    else None
+    if hasattr(np, "float")
+    else f"PyPI's lvis uses np.float, which numpy {np.__version__} no longer has (numpy < 1.24 has it)"
+)
 
 
 class LVISLRPEvaluator(LVISEvaluator):
@@ -29,8 +39,9 @@ class LVISLRPEvaluator(LVISEvaluator):
     ``oLRP-<category name>`` (``oLRP-<name> (id <id>)`` for a name that several categories share) of every category
     with ground truth, on the same detections as LVIS AP (at most ``max_dets_per_image``, 300 by default, an image).
 
-    LVIS AP needs the ``lvis`` package (detectron2's LVIS evaluation imports it); without it this evaluator reports
-    LRP only, read from the dataset's ``json_file`` with ``json``, and logs that AP needs ``pip install lvis``.
+    LVIS AP needs the ``lvis`` package (detectron2's LVIS evaluation imports it) and, for PyPI's lvis, numpy < 1.24
+    (:data:`LVIS_AP_UNAVAILABLE`); without them this evaluator reports LRP only, read from the dataset's
+    ``json_file`` with ``json``, and logs why AP is missing.
     Detections with a NaN or infinite box coordinate or score are an error (``NonFiniteDetectionsError``), an
     annotation file that LRP cannot read an ``LVISFileError`` naming the file, the entry and the key."""
 
@@ -80,10 +91,10 @@ class LVISLRPEvaluator(LVISEvaluator):
         """LVIS AP (with the ``lvis`` package) of the gathered ``predictions``, then their LRP per task."""
         check_finite_detections(predictions)
         results = self._lvis_results(predictions)  # before LVISEvaluator renumbers the categories in place
-        if LVIS_API_INSTALLED:
+        if LVIS_AP_UNAVAILABLE is None:
             super()._eval_predictions(predictions)
         else:
-            self._logger.warning("LVIS AP needs the lvis package (pip install lvis): reporting LRP only.")
+            self._logger.warning(f"No LVIS AP, LRP only: {LVIS_AP_UNAVAILABLE}.")
         path = PathManager.get_local_path(self._metadata.json_file)
         content, name = read_source(path, path)
         if not content.get("annotations"):
