@@ -77,6 +77,9 @@ def test_fixtures_hold_the_edge_cases():
     detected = {det["image_id"] for det in dt}
     assert any(image["id"] not in annotated for image in gt["images"])
     assert any(image["id"] not in detected for image in gt["images"])
+    labelled = {(ann["image_id"], ann["category_id"]) for ann in gt["annotations"]}
+    labelled |= {(image["id"], c) for image in gt["images"] for c in image["neg_category_ids"]}
+    assert any((det["image_id"], det["category_id"]) not in labelled for det in dt)
     assert set(base["frequencies"]) == {"r", "c", "f"}
     assert all(not math.isnan(base[key]) for key in LVIS_LRP_METRICS)
 
