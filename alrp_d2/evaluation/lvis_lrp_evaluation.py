@@ -117,7 +117,8 @@ class LVISLRPEvaluator(LVISEvaluator):
     def _lrp_results(self, content: Dict[str, Any], results: List[Dict[str, Any]], task: str) -> Dict[str, float]:
         if task == "segm":  # the masks' areas, as LVISEvaluator's AP (it drops the boxes)
             results = [{k: v for k, v in r.items() if k != "bbox"} for r in results]
-        lrp = evaluate_lvis(content, results, task, self._max_dets_per_image or LVIS_MAX_DETECTIONS)
+        cap = LVIS_MAX_DETECTIONS if self._max_dets_per_image is None else self._max_dets_per_image
+        lrp = evaluate_lvis(content, results, task, None if cap < 0 else cap)  # LVIS: a negative cap keeps all
         summary = {metric: lrp[metric] for metric in LVIS_LRP_METRICS}
         self._logger.info(f"LVIS LRP evaluation results for {task} (tau = 0.5): \n" + create_small_table(summary))
         names = {category["id"]: category["name"] for category in content["categories"]}

@@ -88,6 +88,17 @@ def test_evaluator_equals_library_and_official(case, tmp_path):
     assert ("AP" in results["bbox"]) == (LVIS_AP_UNAVAILABLE is None)
 
 
+def test_negative_cap_keeps_every_detection(tmp_path):
+    """detectron2's ``max_dets_per_image`` as LVIS reads it: a negative cap keeps all of an image's detections."""
+    name = register_lvis("lvis_boxes")
+    evaluator = LVISLRPEvaluator(name, output_dir=str(tmp_path), distributed=False, max_dets_per_image=-1)
+    evaluator.reset()
+    evaluator.process(*model_outputs("lvis_boxes"))
+    expected = evaluate_lvis(*map(str, lvis_files("lvis_boxes")), "bbox", max_detections=None)
+    assert_means(evaluator.evaluate()["bbox"], expected, 1e-9)
+    assert expected["oLRP"] != pytest.approx(official_lvis("lvis_boxes")["oLRP"], abs=1e-3)
+
+
 def test_trainer_picks_it_for_lvis_and_refuses_a_subset(tmp_path):
     name = register_lvis("lvis_boxes")
     cfg = get_cfg()
