@@ -9,6 +9,7 @@ import copy
 import json
 import math
 
+import numpy as np
 import pytest
 
 from alrp_d2.lrp import LVIS_LRP_METRICS, PER_CLASS_KEYS, LVISFileError, evaluate_lvis
@@ -40,8 +41,10 @@ def test_evaluate_lvis_equals_official(case):
 
 
 def test_loaded_content_equals_the_files():
+    """Loaded content too, with numpy scores (the detections' checks then scan entry by entry: no error)."""
     gt_file, dt_file = lvis_files("lvis_masks")
-    loaded = evaluate_lvis(json.loads(gt_file.read_text()), json.loads(dt_file.read_text()), "segm")
+    detections = [{**det, "score": np.float64(det["score"])} for det in json.loads(dt_file.read_text())]
+    loaded = evaluate_lvis(json.loads(gt_file.read_text()), detections, "segm")
     assert_equal_to_official(loaded, official_lvis("lvis_masks"))
 
 

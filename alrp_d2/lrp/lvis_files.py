@@ -1,13 +1,16 @@
 """An LVIS ground truth and LVIS results (files, or their content already loaded) checked before LVIS LRP evaluates
 them: every problem is an :class:`LVISFileError` naming the file (or "ground truth" / "detections" for loaded
 content), the entry (its index and id) and the key, never a bare ``KeyError`` nor an entry silently left out. The
-checks are one pass over each list (dictionaries built once)."""
+checks are linear in the files (dictionaries built once); the detections, the largest list, are checked in a few
+passes and scanned entry by entry only to name a bad one."""
 
 from __future__ import annotations
 
 import math
 import os
 from typing import Any, Dict, List, Set, Tuple, Union
+
+import numpy as np
 
 from ..json_file import load_json
 
@@ -136,6 +139,38 @@ def _detection_problem(det: Any, sizes: Dict[int, List[int]], categories: Set[in
     return problem or (_rle_problem(det.get("segmentation"), sizes[det["image_id"]]) if segm else "")
 
 
+def _all_numbers(values: List[Any]) -> bool:
+    """Whether every value is a finite Python int or float (not a bool), checked with one array."""
+    if not all(type(value) is float or type(value) is int for value in values):
+        return False
+    return bool(np.isfinite(np.asarray(values, dtype=np.float64)).all())
+
+
+def _results_pass(
+    content: List[Any], sizes: Dict[int, List[int]], categories: Set[int], needs_box: bool, segm: bool
+) -> bool:
+    """Whether every detection passes the checks of :func:`_detection_problem`, in a few passes over the list (a
+    False sends the check to the entry-by-entry scan, which names the first bad entry)."""
+    if not all(type(det) is dict for det in content):
+        return False
+    if not all(det.get("image_id") in sizes and det.get("category_id") in categories for det in content):
+        return False
+    if not _all_numbers([det.get("score") for det in content]):
+        return False
+    if needs_box:
+        boxes = [det.get("bbox") for det in content]
+        if not all(type(box) is list and len(box) == 4 for box in boxes):
+            return False
+        if not _all_numbers([x for box in boxes for x in box]) or (np.asarray(boxes).reshape(-1, 4)[:, 2:] < 0).any():
+            return False
+    return not segm or all(
+        type(det.get("segmentation")) is dict
+        and type(det["segmentation"].get("counts")) is str
+        and det["segmentation"].get("size") == sizes[det["image_id"]]
+        for det in content
+    )
+
+
 def results_have_boxes(results: List[Dict[str, Any]]) -> bool:
     """Whether LVIS reads the results as boxes: its first result has a ``bbox`` (then every detection's area is its
     box's, also for segm IoUs; otherwise its mask's)."""
@@ -152,6 +187,8 @@ def check_results(content: Any, name: str, ground_truth: Dict[str, Any], iou_typ
     categories = {category["id"] for category in ground_truth["categories"]}
     segm = iou_type == "segm"
     needs_box = not segm or results_have_boxes(content)
+    if _results_pass(content, sizes, categories, needs_box, segm):
+        return content
     for index, det in enumerate(content):
         problem = _detection_problem(det, sizes, categories, needs_box, segm)
         if problem:
