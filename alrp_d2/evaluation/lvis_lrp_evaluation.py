@@ -73,14 +73,13 @@ class LVISLRPEvaluator(LVISEvaluator):
         output_dir: Optional[str],
         max_dets_per_image: Optional[int],
     ) -> None:
-        """The state LVISEvaluator's methods read, set as its ``__init__`` sets it, without its LVIS API object."""
+        """The state LVISEvaluator's ``process``, ``evaluate`` and this class's evaluation read, set as its
+        ``__init__`` sets it; no LVIS API object (box-proposal recall, which needs it, is refused)."""
         self._logger = logging.getLogger(__name__)
         self._tasks, self._distributed, self._output_dir = tasks, distributed, output_dir
         self._max_dets_per_image = max_dets_per_image
         self._cpu_device = torch.device("cpu")
         self._metadata = MetadataCatalog.get(dataset_name)
-        self._lvis_api = None
-        self._do_evaluation = True
 
     def _eval_box_proposals(self, predictions):
         if not LVIS_API_INSTALLED:
