@@ -1,5 +1,5 @@
 """Evaluation with LRP metrics (optimal LRP, its components, AP90, rank correlation) next to COCO
-AP, and inference filtered by the LRP-optimal per-class score thresholds.
+AP (and LVIS's LRP next to LVIS AP), and inference filtered by the LRP-optimal per-class score thresholds.
 
 The LRP metric (:mod:`alrp_d2.lrp`) imports without
 detectron2; the evaluator and the predictor, which need detectron2, are imported on first access."""
@@ -14,6 +14,7 @@ _DETECTRON2_NAMES = {
     "COCOLRPEvaluator": ".coco_lrp_evaluation",
     "COCOPanopticLRPEvaluator": ".panoptic_lrp_evaluation",
     "LazyPredictor": ".lazy_predictor",
+    "LVISLRPEvaluator": ".lvis_lrp_evaluation",
     "LRP_THRESHOLDS_FILE": ".coco_lrp_evaluation",
     "LRPThresholdPredictor": ".lrp_threshold_predictor",
     "filter_by_class_thresholds": ".lrp_threshold_predictor",

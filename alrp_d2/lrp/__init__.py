@@ -5,13 +5,17 @@
 - :func:`evaluate_coco`: the same results for pycocotools ``COCO`` objects; ``python -m alrp_d2.lrp GT.json
   DETECTIONS.json`` for COCO files;
 - :func:`optimal_lrp`: oLRP of one class from its matches;
-- :func:`evaluate_panoptic`: LRP and PQ of COCO panoptic files (``python -m alrp_d2.lrp ... --panoptic``).
+- :func:`evaluate_panoptic`: LRP and PQ of COCO panoptic files (``python -m alrp_d2.lrp ... --panoptic``);
+- :func:`evaluate_lvis`: LRP on LVIS (federated labels, by frequency group) on LVIS files or their content;
+  ``python -m alrp_d2.lrp GT.json DETECTIONS.json --lvis``.
 
 ``alrp_d2.evaluation.COCOLRPEvaluator`` (detectron2) computes its LRP metrics with this package. docs/lrp.md.
 """
 
 from .coco_api import evaluate_coco
 from .lrp_metric import optimal_lrp
+from .lvis_evaluation import LVIS_LRP_METRICS, evaluate_lvis
+from .lvis_files import LVISFileError
 from .metric import LRP
 from .panoptic import evaluate_panoptic
 from .panoptic_files import PanopticFileError
@@ -20,9 +24,12 @@ from .results import LRP_METRICS, PER_CLASS_KEYS
 __all__ = [
     "LRP",
     "LRP_METRICS",
+    "LVIS_LRP_METRICS",
+    "LVISFileError",
     "PER_CLASS_KEYS",
     "PanopticFileError",
     "evaluate_coco",
+    "evaluate_lvis",
     "evaluate_panoptic",
     "optimal_lrp",
 ]

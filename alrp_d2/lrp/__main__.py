@@ -1,7 +1,8 @@
 """``python -m alrp_d2.lrp GT.json DETECTIONS.json [--iou-type bbox|segm|keypoints] [--json]``: LRP of COCO results on
-a COCO ground truth, as a table or one JSON object (the keys of :func:`~alrp_d2.lrp.evaluate_coco`, NaN as null). A file
-that cannot be evaluated is refused with one line naming the file and the entry, exit status 2. With ``--panoptic
-GT_FOLDER PRED_FOLDER``, GT.json and the second file are COCO panoptic files (:mod:`.panoptic_command`)."""
+a COCO ground truth, as a table or one JSON object (the keys of :func:`~alrp_d2.lrp.evaluate_coco`, NaN as null); with
+``--lvis``, of LVIS results on an LVIS ground truth (:mod:`.lvis_command`); with ``--panoptic GT_FOLDER
+PRED_FOLDER``, GT.json and the second file are COCO panoptic files (:mod:`.panoptic_command`). A file that cannot be
+evaluated is refused with one line naming the file and the entry, exit status 2."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any, Dict, List, Optional, Sequence
 from .coco_api import evaluate_coco
 from .coco_files import CocoFileError, load_coco_pair
 from .keypoint_similarity import COCO_PERSON_SIGMAS
+from .lvis_command import run_lvis
 from .panoptic_command import run_panoptic
 from .results import LRP_METRICS, PER_CLASS_KEYS
 
@@ -82,14 +84,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         metavar=("GT_FOLDER", "PRED_FOLDER"),
         help="panoptic LRP and PQ: the two files are COCO panoptic JSONs, these folders hold their PNGs",
     )
+    parser.add_argument("--lvis", action="store_true", help="LVIS files: federated LRP by frequency group")
     args = parser.parse_args(argv)
     if args.keypoint_sigmas is not None and args.iou_type != "keypoints":
         parser.error(f"--keypoint-sigmas is for --iou-type keypoints, not {args.iou_type}")
     if args.panoptic:
-        if args.iou_type != "bbox":
-            parser.error("--iou-type does not apply to --panoptic")
+        if args.iou_type != "bbox" or args.lvis:
+            parser.error("--iou-type and --lvis do not apply to --panoptic")
         gt_folder, pred_folder = args.panoptic
         return run_panoptic(args.ground_truth, args.detections, gt_folder, pred_folder, args.json)
+    if args.lvis:
+        if args.iou_type == "keypoints":
+            parser.error("--lvis evaluates --iou-type bbox or segm")
+        return run_lvis(args.ground_truth, args.detections, args.iou_type, args.json)
     try:
         keypoints = len(args.keypoint_sigmas or COCO_PERSON_SIGMAS) if args.iou_type == "keypoints" else 0
         coco_gt, coco_dt = load_coco_pair(args.ground_truth, args.detections, args.iou_type, keypoints)

@@ -1,13 +1,15 @@
 # RS Mask R-CNN on LVIS v1 (official ranksort_mask_rcnn_r50_fpn_1x_lvis_v1.py: 25.2 mask AP, 25.9 box AP on LVIS v1 val,
 # official README): RS Mask R-CNN's network with 1203 classes and up to 300 detections per image, multi-scale training
-# (640-800) with repeat factor sampling (threshold 0.001), 12 epochs at batch 16, lr 0.012; detectron2's LVIS evaluator.
+# (640-800) with repeat factor sampling (threshold 0.001), 12 epochs at batch 16, lr 0.012; detectron2's LVIS evaluator
+# with the official LRP-Error's LVIS LRP (LVISLRPEvaluator; LVIS AP needs `pip install lvis`, LRP does not).
 # The score threshold is the official config's 0.6 ("different from 1e-4 as the default setting for efficiency": RS
 # Loss's scores need no low threshold, and 1e-4 keeps up to 300 boxes of every image). The repeat factor sampler is not
 # resumable: a resumed run restarts its sample stream.
 from detectron2.config import LazyCall as L
 from detectron2.data.samplers import RepeatFactorTrainingSampler
-from detectron2.evaluation.lvis_evaluation import LVISEvaluator
 from detectron2.model_zoo import get_config
+
+from alrp_d2.evaluation import LVISLRPEvaluator
 
 from ..common.data.mmdet_800 import dataloader
 from ..common.models.rs_rcnn import mask_rcnn as model
@@ -32,7 +34,7 @@ dataloader.train.sampler = L(RepeatFactorTrainingSampler)(
     )
 )
 dataloader.test.dataset.names = "lvis_v1_val"
-dataloader.evaluator = L(LVISEvaluator)(dataset_name="${..test.dataset.names}", max_dets_per_image=300)
+dataloader.evaluator = L(LVISLRPEvaluator)(dataset_name="${..test.dataset.names}", max_dets_per_image=300)
 
 model.roi_heads.num_classes = 1203
 model.roi_heads.box_predictor.test_score_thresh = 0.6
