@@ -89,8 +89,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.keypoint_sigmas is not None and args.iou_type != "keypoints":
         parser.error(f"--keypoint-sigmas is for --iou-type keypoints, not {args.iou_type}")
     if args.panoptic:
-        if args.iou_type != "bbox" or args.lvis:
-            parser.error("--iou-type and --lvis do not apply to --panoptic")
+        if args.iou_type != "bbox":
+            parser.error("--iou-type does not apply to --panoptic")
+        if args.lvis:
+            parser.error("--lvis does not apply to --panoptic")
         gt_folder, pred_folder = args.panoptic
         return run_panoptic(args.ground_truth, args.detections, gt_folder, pred_folder, args.json)
     if args.lvis:
