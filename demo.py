@@ -73,13 +73,14 @@ from alrp_d2.checkpoint import (
     weights_fingerprint,
 )
 from alrp_d2.checkpoint.safe_pickle import UnsafePickleError
+from alrp_d2.checks.argument_types import drawing_scale, score_threshold
 from alrp_d2.config import setup_cfg
-from alrp_d2.config.argument_types import drawing_scale, score_threshold
+from alrp_d2.config.lazy_fields import lazy_dataset_names
 from alrp_d2.data.dataset_classes import ClassesMismatchError, check_classes, check_dataset_classes, dataset_classes
 from alrp_d2.data.image_errors import high_bit_depth_error
 from alrp_d2.data.image_size import ImageSizeError
 from alrp_d2.data.user_datasets import add_dataset_argument, register_user_datasets
-from alrp_d2.engine.lazy_run import is_lazy_config, lazy_dataset_names, lazy_num_classes, load_lazy_config
+from alrp_d2.engine.lazy_run import is_lazy_config, lazy_num_classes, load_lazy_config
 from alrp_d2.evaluation import AlrpPredictor, LRPThresholdPredictor, filter_by_class_thresholds, load_lrp_thresholds
 from alrp_d2.evaluation.lazy_predictor import LazyPredictor
 from alrp_d2.user_modules import add_import_argument, import_user_modules

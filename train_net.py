@@ -43,8 +43,8 @@ from detectron2.utils import comm
 from detectron2.utils.logger import setup_logger
 
 from alrp_d2.checkpoint import LAST_CHECKPOINT
+from alrp_d2.checks.argument_types import dist_timeout_seconds
 from alrp_d2.config import setup_cfg
-from alrp_d2.config.argument_types import dist_timeout_seconds
 from alrp_d2.data import SHAPES_DATASETS, register_shapes_datasets
 from alrp_d2.data.dataset_classes import check_dataset_classes, dataset_classes
 from alrp_d2.data.dataset_segmentations import check_dataset_segmentations

@@ -5,7 +5,7 @@ never read), and a value of another kind than the one it replaces (a number, a b
 
 A key a config does not hold is still known when it is an argument of the ``LazyCall`` it would be added to (e.g.
 ``model.ranking_loss.loss_weight``, an argument of ``HeadRankingLoss``) or one of the project's ``train`` keys
-(:data:`~alrp_d2.engine.lazy_run.TRAIN_DEFAULTS`); ``+key=value`` (hydra's syntax) adds a key on purpose."""
+(:data:`~alrp_d2.config.lazy_fields.TRAIN_DEFAULTS`); ``+key=value`` (hydra's syntax) adds a key on purpose."""
 
 from __future__ import annotations
 

@@ -18,23 +18,23 @@ import copy
 import logging
 import math
 import os
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 import torch
 from detectron2.config import LazyCall as L
 from detectron2.config import LazyConfig, instantiate
-from detectron2.config.instantiate import _convert_target_to_string
 from detectron2.data import build_detection_train_loader, get_detection_dataset_dicts
 from detectron2.engine import create_ddp_model, default_setup
 from detectron2.evaluation import inference_on_dataset, print_csv_format
 from detectron2.utils import comm
 from detectron2.utils.registry import locate
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from ..checkpoint import LAST_CHECKPOINT, weights_fingerprint
-from ..config.checks import require_integer
+from ..checks.errors import require_integer
+from ..config.lazy_fields import TRAIN_DEFAULTS, lazy_calls, lazy_dataset_names, train_option
 from ..data import SHAPES_DATASETS, register_shapes_datasets
 from ..data.dataset_classes import DatasetClasses, check_classes, dataset_classes
 from ..data.evaluated_images import first_images_dataset
@@ -48,9 +48,7 @@ from .lazy_overrides import apply_checked_overrides
 from .trainer import RunTrainer, TrainingRun, ddp_arguments, evaluate_checkpoint
 
 __all__ = [
-    "TRAIN_DEFAULTS",
     "is_lazy_config",
-    "lazy_dataset_names",
     "check_lazy_launch",
     "follow_the_machine",
     "lazy_main",
@@ -64,18 +62,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: The project's keys of ``train`` and their values when a config (e.g. one of detectron2's) lacks them:
-#: ``self_balance_period`` (iterations; 0: one epoch of the training set), ``allow_partial_weights`` (weights that do
-#: not fit the model load as detectron2 loads them), ``skip_unreadable_images`` (skip training images that cannot be
-#: read, with a warning per file), ``seed`` (< 0: drawn, shared by the workers and saved in the checkpoints) and
-#: ``eval_max_images`` (evaluate the first N images of ``dataloader.test``'s datasets; 0 or None: all).
-TRAIN_DEFAULTS: Dict[str, Any] = {
-    "self_balance_period": 0,
-    "allow_partial_weights": False,
-    "skip_unreadable_images": False,
-    "seed": -1,
-    "eval_max_images": 0,
-}
 EVAL_MAX_IMAGES_KEY = "train.eval_max_images"
 #: Where a LazyConfig model keeps its number of classes, in the order they are looked up.
 NUM_CLASSES_KEYS = ("model.roi_heads.num_classes", "model.num_classes")
@@ -84,11 +70,6 @@ NUM_CLASSES_KEYS = ("model.roi_heads.num_classes", "model.num_classes")
 def is_lazy_config(path: str) -> bool:
     """Whether ``path`` is a LazyConfig (a Python file) rather than a YAML config."""
     return path.endswith(".py")
-
-
-def train_option(cfg: DictConfig, key: str) -> Any:
-    """``train.<key>``, or its :data:`TRAIN_DEFAULTS` value."""
-    return cfg.train.get(key, TRAIN_DEFAULTS[key])
 
 
 def load_lazy_config(path: str, overrides: Sequence[str] = ()) -> DictConfig:
@@ -116,28 +97,6 @@ def eval_max_images(cfg: DictConfig) -> int:
     value = 0 if value in (None, "None") else value  # detectron2's key=value override keeps "None" a string
     require_integer(EVAL_MAX_IMAGES_KEY, value, 0, " (0 or None: all images)")
     return value
-
-
-def lazy_calls(node: Any, target: Any) -> Iterator[DictConfig]:
-    """Every LazyCall of ``target`` in a config subtree (its ``_target_`` the object, or its dotted name as a
-    saved config holds it)."""
-    if isinstance(node, DictConfig):
-        if node.get("_target_") is target or node.get("_target_") == _convert_target_to_string(target):
-            yield node
-        for value in node.values():
-            yield from lazy_calls(value, target)
-    elif isinstance(node, ListConfig):
-        for value in node:
-            yield from lazy_calls(value, target)
-
-
-def lazy_dataset_names(cfg: DictConfig, split: str) -> List[str]:
-    """The dataset names of ``dataloader.<split>`` (those of its ``get_detection_dataset_dicts`` calls)."""
-    names: List[str] = []
-    for call in lazy_calls(cfg.dataloader.get(split), get_detection_dataset_dicts):
-        value = call.get("names")
-        names += [value] if isinstance(value, str) else list(value)
-    return names
 
 
 def lazy_num_classes(cfg: DictConfig) -> Tuple[str, int]:

@@ -17,7 +17,7 @@ from detectron2.modeling.postprocessing import detector_postprocess
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from torch import Tensor, nn
 
-from ..config.checks import require_config
+from ..checks.errors import require_config
 from ..detr import SetRankingLoss, set_ranking_loss
 from .detr_detections import top_k_detections
 from .detr_inputs import detr_batch, hf_labels
