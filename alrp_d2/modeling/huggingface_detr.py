@@ -7,13 +7,13 @@ trained by a set-prediction ranking loss (:class:`alrp_d2.detr.SetRankingLoss`, 
 
 from __future__ import annotations
 
-import re
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 from detectron2.config import configurable
 from detectron2.modeling import META_ARCH_REGISTRY
 from detectron2.modeling.postprocessing import detector_postprocess
+from detectron2.utils.events import get_event_storage
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from torch import Tensor, nn
 
@@ -75,20 +75,36 @@ def build_hf_detr(hf_config: Mapping[str, Any], pretrained: str, num_classes: in
     return model
 
 
-def weighted_hf_terms(model: PreTrainedModel, loss_dict: Dict[str, Tensor]) -> Dict[str, Tensor]:
-    """The terms of an HF model's own loss, each weighted as HF sums them into ``outputs.loss``: RT-DETR's are
-    weighted already; Deformable-DETR's by ``loss_ce`` 1, ``bbox_loss_coefficient``, ``giou_loss_coefficient``
-    (also those of its intermediate layers, suffixed ``_{i}``; ``cardinality_error``, a metric, is left out)."""
-    config = model.config
-    if config.model_type != "deformable_detr":
-        return loss_dict
-    weights = {"loss_ce": 1.0, "loss_bbox": config.bbox_loss_coefficient, "loss_giou": config.giou_loss_coefficient}
-    terms = {}
+def weighted_hf_terms(
+    model: PreTrainedModel, loss_dict: Dict[str, Tensor]
+) -> Tuple[Dict[str, Tensor], Dict[str, Tensor]]:
+    """The model's own ``loss_dict`` (its own loss, or the ranking loss with ``box_terms="model"``: its box terms and
+    the ranking terms in place of its classification ones) as terms whose sum is ``outputs.loss``, and its metrics.
+    A term is weighted as the model weights it: by its family's ``LossFamily.weights`` where HF's ``loss_dict`` is
+    unweighted (Deformable, Conditional, DAB-DETR, DETR, YOLOS, LW-DETR, RF-DETR: ``loss_ce``, ``loss_bbox``,
+    ``loss_giou`` and their suffixed layers), as it is where the dict is weighted already (RT-DETR, D-FINE, DEIMv2)
+    and for the ranking terms (``loss_rank``, ``loss_corr``). A value not named ``loss_*`` (``cardinality_error``),
+    which HF leaves out of ``outputs.loss``, is a metric."""
+    from ..detr.hf_families import LOSS_FAMILIES
+
+    family = LOSS_FAMILIES[model.loss_type]
+    weights = {} if family.weights is None else family.weights(model.config)
+    terms, metrics = {}, {}
     for key, value in loss_dict.items():
-        weight = weights.get(re.sub(r"_\d+$", "", key))
-        if weight is not None:
-            terms[key] = value * weight
-    return terms
+        if not key.startswith("loss_"):
+            metrics[key] = value
+            continue
+        weight = next((w for name, w in weights.items() if key == name or key.startswith(name + "_")), 1.0)
+        terms[key] = value * weight
+    return terms, metrics
+
+
+def log_metrics(metrics: Dict[str, Tensor]) -> None:
+    """The model's metrics (``cardinality_error``) in detectron2's ``EventStorage`` of the step, read in one
+    host synchronisation."""
+    if metrics:
+        values = torch.stack([value.detach().float() for value in metrics.values()]).tolist()
+        get_event_storage().put_scalars(**dict(zip(metrics, values)))
 
 
 @META_ARCH_REGISTRY.register()
@@ -102,7 +118,8 @@ class HuggingFaceDETR(nn.Module):
     The loss: ``loss``, a :class:`~alrp_d2.detr.SetRankingLoss` (a LazyConfig builds it as a node:
     ``model.loss = L(SetRankingLoss)(criterion=L(RankSortCriterion)(delta=0.5, loc_error_kind="giou"))``) on every
     set of the model's predictions; with ``loss`` None the HF model's own loss (RT-DETR's varifocal loss,
-    Deformable-DETR's focal loss), its terms weighted as HF weights them.
+    Deformable-DETR's focal loss). With ``loss`` None or ``box_terms="model"``, the model's own terms weighted as HF
+    weights them, its metrics logged (:func:`weighted_hf_terms`).
 
     The state dict holds the HF model's parameters and buffers under ``detr.``; the loss holds none.
     """
@@ -185,7 +202,8 @@ class HuggingFaceDETR(nn.Module):
         return self.pixel_mean.device
 
     def forward(self, batched_inputs: List[Dict[str, Any]]) -> Union[Dict[str, Tensor], List[Dict[str, Any]]]:
-        """Training: the weighted loss terms (their sum is the HF model's ``outputs.loss``). Inference: per image
+        """Training: the weighted loss terms (their sum is the HF model's ``outputs.loss``; its metrics logged,
+        :func:`weighted_hf_terms`), in detectron2's ``EventStorage`` as detectron2's models train. Inference: per image
         ``{"instances": Instances}`` at its ``height`` x ``width`` (the input's size when not given)."""
         batch = detr_batch(
             batched_inputs,
@@ -199,7 +217,11 @@ class HuggingFaceDETR(nn.Module):
         if self.training:
             labels = hf_labels([x["instances"] for x in batched_inputs], batch.scales)
             outputs = self.detr(pixel_values=batch.pixel_values, pixel_mask=pixel_mask, labels=labels)
-            return weighted_hf_terms(self.detr, outputs.loss_dict) if self.loss is None else outputs.loss_dict
+            if self.loss is not None and self.loss.box_terms != "model":
+                return outputs.loss_dict  # the ranking loss's terms, weighted
+            terms, metrics = weighted_hf_terms(self.detr, outputs.loss_dict)
+            log_metrics(metrics)
+            return terms
         outputs = self.detr(pixel_values=batch.pixel_values, pixel_mask=pixel_mask)
         results = top_k_detections(
             outputs.logits, outputs.pred_boxes, batch.scales, batch.image_sizes, self.num_detections

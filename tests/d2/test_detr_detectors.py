@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 import torch
 from detectron2.config import CfgNode, get_cfg
-from detectron2.structures import Boxes, Instances
 from detectron2.utils.events import EventStorage
 from torch import nn
 
@@ -18,28 +17,11 @@ from alrp_d2.modeling.detr_detections import top_k_detections
 from alrp_d2.modeling.detr_inputs import detr_batch, hf_labels
 from alrp_d2.modeling.huggingface_detr import plain
 
-from .tiny_detr_detectors import DEFORMABLE_DETR_TWO_STAGE, RT_DETR_V2
+from .tiny_detr_detectors import DEFORMABLE_DETR_TWO_STAGE, RT_DETR_V2, two_sizes
 
 pytest.importorskip("transformers", reason="HuggingFaceDETR needs transformers: pip install -e '.[detr]'")
 
 IMAGENET = {"pixel_mean": [123.675, 116.28, 103.53], "pixel_std": [58.395, 57.12, 57.375]}
-
-
-def objects(size, boxes, classes) -> Instances:
-    result = Instances(size)
-    result.gt_boxes = Boxes(torch.tensor(boxes, dtype=torch.float32).reshape(-1, 4))
-    result.gt_classes = torch.tensor(classes, dtype=torch.int64)
-    return result
-
-
-def two_sizes():
-    """A 64 x 96 image with two objects and a 96 x 64 one without."""
-    generator = torch.Generator().manual_seed(0)
-    first = objects((64, 96), [[8, 16, 40, 48], [48, 8, 96, 32]], [0, 2])
-    return [
-        {"image": torch.rand(3, 64, 96, generator=generator) * 255, "instances": first},
-        {"image": torch.rand(3, 96, 64, generator=generator) * 255, "instances": objects((96, 64), [], [])},
-    ]
 
 
 @pytest.mark.parametrize("masked", [False, True])
