@@ -9,6 +9,7 @@ import yaml
 from detectron2.config import CfgNode as CN
 from detectron2.config import get_cfg
 
+from ..checks.errors import ConfigError
 from .keys import add_alrp_config
 from .validation import validate_alrp_config
 from .yaml_bound import check_option_values, check_yaml_size
@@ -16,7 +17,7 @@ from .yaml_bound import check_option_values, check_yaml_size
 __all__ = ["UnsafeConfigError", "setup_cfg"]
 
 
-class UnsafeConfigError(ValueError):
+class UnsafeConfigError(ConfigError):
     """A config file uses YAML tags that construct Python objects (they can run code)."""
 
 

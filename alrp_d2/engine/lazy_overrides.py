@@ -19,6 +19,7 @@ from fvcore.common.checkpoint import PeriodicCheckpointer
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from ..checks.errors import ConfigError
 from ..config.yaml_bound import check_value_size
 
 __all__ = ["UnknownConfigKeyError", "apply_checked_overrides"]
@@ -28,7 +29,7 @@ PLAIN_NODE_TARGETS: Dict[str, Any] = {"train.checkpointer": PeriodicCheckpointer
 _ABSENT = object()
 
 
-class UnknownConfigKeyError(KeyError):
+class UnknownConfigKeyError(ConfigError, KeyError):
     """A ``key=value`` override of a key the LazyConfig does not have."""
 
     def __str__(self) -> str:  # KeyError's str() is the repr of its message
@@ -150,7 +151,7 @@ def _check_kind(cfg: DictConfig, key: str, before: Any, after: Any, path: str) -
         return
     fits = isinstance(after, bool) if kind == "True or False" else _kind(after) == "a number"
     if not fits:
-        raise ValueError(f"{path}: invalid override {key}={after!r}: must be {kind}, as its value {before!r} is")
+        raise ConfigError(f"{path}: invalid override {key}={after!r}: must be {kind}, as its value {before!r} is")
 
 
 def apply_checked_overrides(

@@ -33,17 +33,18 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from ..checkpoint import LAST_CHECKPOINT, weights_fingerprint
-from ..checks.errors import require_integer
+from ..checks.errors import ConfigError, require_integer
 from ..config.lazy_fields import TRAIN_DEFAULTS, lazy_calls, lazy_dataset_names, train_option
 from ..data import SHAPES_DATASETS, register_shapes_datasets
 from ..data.dataset_classes import DatasetClasses, check_classes, dataset_classes
 from ..data.evaluated_images import first_images_dataset
 from ..data.image_errors import ImageErrorGuard
 from ..data.samplers import build_resumable_train_loader
+from ..data.training_filter import require_objects
 from ..data.user_datasets import register_user_datasets
 from ..evaluation import COCOLRPEvaluator
 from .buffer_sync import broadcast_buffers_from_main
-from .lazy_checks import check_lazy_machines_agree, check_lazy_segmentations
+from .lazy_checks import check_image_formats, check_lazy_machines_agree, check_lazy_segmentations
 from .lazy_overrides import apply_checked_overrides
 from .trainer import RunTrainer, TrainingRun, ddp_arguments, evaluate_checkpoint
 
@@ -74,20 +75,21 @@ def is_lazy_config(path: str) -> bool:
 
 def load_lazy_config(path: str, overrides: Sequence[str] = ()) -> DictConfig:
     """detectron2's ``LazyConfig.load`` and ``apply_overrides`` (``key=value``), checked: each override names a
-    known key and keeps its value's kind (:func:`apply_checked_overrides`), the fields the trainer reads exist, and
-    the periods are positive integers."""
+    known key and keeps its value's kind (:func:`apply_checked_overrides`), the fields the trainer reads exist, the
+    periods are positive integers and the model takes its mappers' channel order (:func:`check_image_formats`)."""
     cfg = apply_checked_overrides(LazyConfig.load(path), overrides, path, extra_train_keys=TRAIN_DEFAULTS)
     for field in ("model", "train", "dataloader"):
         if field not in cfg:
-            raise ValueError(f"{path}: a LazyConfig for train_net.py needs a top-level {field!r}")
+            raise ConfigError(f"{path}: a LazyConfig for train_net.py needs a top-level {field!r}")
     for key in ("max_iter", "log_period", "checkpointer.period"):
         value = OmegaConf.select(cfg.train, key)
         if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
-            raise ValueError(f"{path}: train.{key} must be an integer >= 1, got {value!r}")
+            raise ConfigError(f"{path}: train.{key} must be an integer >= 1, got {value!r}")
     period = train_option(cfg, "self_balance_period")
     if not (isinstance(period, int) and period >= 0):
-        raise ValueError(f"{path}: train.self_balance_period must be an integer >= 0 (0: one epoch), got {period!r}")
+        raise ConfigError(f"{path}: train.self_balance_period must be an integer >= 0 (0: one epoch), got {period!r}")
     eval_max_images(cfg)
+    check_image_formats(cfg, path)
     return cfg
 
 
@@ -156,6 +158,7 @@ def build_lazy_train_loader(cfg: DictConfig) -> Tuple[Any, int]:
                        "run restarts its sample stream (exact resume needs the resumable loader)")  # fmt: skip
         return instantiate(loader), 0
     dataset = instantiate(loader.dataset)
+    require_objects(dataset, "dataloader.train", lazy_dataset_names(cfg, "train"))
     mapper = ImageErrorGuard(instantiate(loader.mapper), skip=train_option(cfg, "skip_unreadable_images"))
     seed = train_option(cfg, "seed")
     seed = seed if seed >= 0 else comm.shared_random_seed()

@@ -7,7 +7,7 @@ trained by a set-prediction ranking loss (:class:`alrp_d2.detr.SetRankingLoss`, 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 from detectron2.config import configurable
@@ -17,7 +17,8 @@ from detectron2.utils.events import get_event_storage
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from torch import Tensor, nn
 
-from ..checks.errors import require_config
+from ..checks.errors import built_naming_config_keys, require_argument, require_config
+from ..checks.hyperparameter_ranges import is_number
 from ..detr import SetRankingLoss, set_ranking_loss
 from .detr_detections import top_k_detections
 from .detr_inputs import detr_batch, hf_labels
@@ -31,6 +32,60 @@ __all__ = ["MODEL_TYPES", "HuggingFaceDETR", "build_hf_detr"]
 #: The ``model_type`` of the Hugging Face configs the meta-architecture takes; the last one takes a pixel mask.
 MODEL_TYPES = ("rt_detr", "rt_detr_v2", "d_fine", "deformable_detr")
 MASKED_MODEL_TYPES = ("deformable_detr",)
+#: The padded sides of a model without a pixel mask are multiples of its backbone's largest stride: RT-DETR's and
+#: D-FINE's hybrid encoder adds the stride-32 features, upsampled twice, to the stride-16 ones.
+UNMASKED_STRIDE = 32
+#: The config keys of the arguments, named in their errors when a yacs config builds the model.
+CONFIG_KEYS = {
+    "hf_config.model_type": "MODEL.DETR.HF_CONFIG.model_type",
+    "hf_config.num_queries": "MODEL.DETR.HF_CONFIG.num_queries",
+    "num_classes": "MODEL.DETR.NUM_CLASSES",
+    "pretrained": "MODEL.DETR.PRETRAINED",
+    "pixel_mean": "MODEL.PIXEL_MEAN",
+    "pixel_std": "MODEL.PIXEL_STD",
+    "input_format": "INPUT.FORMAT",
+    "num_detections": "MODEL.DETR.NUM_DETECTIONS",
+    "size_divisibility": "MODEL.DETR.SIZE_DIVISIBILITY",
+}
+OWNER = "HuggingFaceDETR"
+
+
+def _is_integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_arguments(
+    num_classes: Any, pixel_mean: Any, pixel_std: Any, input_format: Any, num_detections: Any, loss: Any
+) -> None:
+    """The constructor's checks of the arguments that need no model, each an :class:`ArgumentError` naming it."""
+    require_argument(
+        _is_integer(num_classes) and num_classes >= 1, OWNER, "num_classes", num_classes, "must be an integer >= 1"
+    )
+    for name, values in (("pixel_mean", pixel_mean), ("pixel_std", pixel_std)):
+        numbers = list(values) if isinstance(values, Iterable) and not isinstance(values, str) else []
+        positive = name == "pixel_std"
+        valid = len(numbers) == 3 and all(is_number(v) and (v > 0 or not positive) for v in numbers)
+        expectation = "must be 3 finite numbers" + (" > 0 (the pixels are divided by them)" if positive else "")
+        require_argument(valid, OWNER, name, values, expectation)
+    require_argument(input_format in ("RGB", "BGR"), OWNER, "input_format", input_format, "must be 'RGB' or 'BGR'")
+    valid_detections = _is_integer(num_detections) and num_detections >= 1
+    require_argument(valid_detections, OWNER, "num_detections", num_detections, "must be an integer >= 1")
+    valid_loss = loss is None or isinstance(loss, SetRankingLoss)
+    require_argument(valid_loss, OWNER, "loss", loss, "must be a SetRankingLoss or None (the model's own loss)")
+
+
+def check_size_divisibility(size_divisibility: Any, model_type: str) -> None:
+    """The padded batch's sides: any multiple (0: none) with a pixel mask; a positive multiple of
+    :data:`UNMASKED_STRIDE` without (RT-DETR, D-FINE: other sides fail inside the model's encoder)."""
+    if model_type in MASKED_MODEL_TYPES:
+        valid, expectation = _is_integer(size_divisibility) and size_divisibility >= 0, "must be an integer >= 0"
+    else:
+        valid = _is_integer(size_divisibility) and size_divisibility >= 1 and size_divisibility % UNMASKED_STRIDE == 0
+        expectation = (
+            f"must be a positive multiple of {UNMASKED_STRIDE} for {model_type} (its encoder adds the stride-"
+            f"{UNMASKED_STRIDE} features, upsampled twice, to the stride-16 ones)"
+        )
+    require_argument(valid, OWNER, "size_divisibility", size_divisibility, expectation)
 
 
 def plain(value: Any) -> Any:
@@ -54,25 +109,26 @@ def build_hf_detr(hf_config: Mapping[str, Any], pretrained: str, num_classes: in
 
     options = dict(plain(hf_config))
     model_type = options.pop("model_type", None)
+    queries = options.get("num_queries", 1)
+    require_argument(
+        _is_integer(queries) and queries >= 1, OWNER, "hf_config.num_queries", queries, "must be an integer >= 1"
+    )
     if pretrained:
-        check_pretrained(pretrained)  # a missing folder, one without weights, or with non-finite weights
+        check_pretrained(pretrained, MODEL_TYPES)  # a folder that is missing, of another model, without safe weights
         model = AutoModelForObjectDetection.from_pretrained(
             pretrained, num_labels=num_classes, ignore_mismatched_sizes=True, **options
         )
-        if model_type is not None and model.config.model_type != model_type:
-            raise ValueError(
-                f"hf_config model_type {model_type!r} but the pretrained model {pretrained!r} is "
-                f"{model.config.model_type!r}"
-            )
-    else:
-        if model_type not in MODEL_TYPES:
-            raise ValueError(f"hf_config needs a model_type among {MODEL_TYPES}, got {model_type!r}")
-        model = AutoModelForObjectDetection.from_config(
-            AutoConfig.for_model(model_type, num_labels=num_classes, **options)
+        loaded = model.config.model_type
+        expectation = f"the pretrained model {pretrained!r} is {loaded!r}"
+        require_argument(model_type in (None, loaded), OWNER, "hf_config.model_type", model_type, expectation)
+        require_argument(
+            loaded in MODEL_TYPES, OWNER, "pretrained", pretrained, f"a {loaded!r} model; supported: {MODEL_TYPES}"
         )
-    if model.config.model_type not in MODEL_TYPES:
-        raise ValueError(f"{pretrained!r} is a {model.config.model_type!r} model; supported: {MODEL_TYPES}")
-    return model
+        return model
+    require_argument(
+        model_type in MODEL_TYPES, OWNER, "hf_config.model_type", model_type, f"must be one of {MODEL_TYPES}"
+    )
+    return AutoModelForObjectDetection.from_config(AutoConfig.for_model(model_type, num_labels=num_classes, **options))
 
 
 def weighted_hf_terms(
@@ -128,6 +184,7 @@ class HuggingFaceDETR(nn.Module):
     pixel_std: Tensor
     num_classes_key = "MODEL.DETR.NUM_CLASSES"  # the number of classes the dataset checks compare
 
+    @built_naming_config_keys(CONFIG_KEYS)
     @configurable
     def __init__(
         self,
@@ -152,16 +209,12 @@ class HuggingFaceDETR(nn.Module):
                 RT-DETR: mean 0, std 255; Deformable-DETR: ImageNet's mean and std).
             input_format: "RGB" or "BGR", the dataset mapper's ``image_format`` (the HF model takes RGB).
             num_detections: detections per image at inference (RT-DETR 300, Deformable-DETR 100).
-            size_divisibility: the padded batch's sides are multiples of it.
+            size_divisibility: the padded batch's sides are multiples of it (:func:`check_size_divisibility`).
         """
         super().__init__()
-        if input_format not in ("RGB", "BGR"):
-            raise ValueError(f"HuggingFaceDETR(input_format={input_format!r}): must be 'RGB' or 'BGR'")
-        if not (isinstance(num_detections, int) and num_detections >= 1):
-            raise ValueError(f"HuggingFaceDETR(num_detections={num_detections!r}): must be an integer >= 1")
-        if loss is not None and not isinstance(loss, SetRankingLoss):
-            raise ValueError(f"HuggingFaceDETR(loss={loss!r}): must be a SetRankingLoss or None (the model's own loss)")
+        check_arguments(num_classes, pixel_mean, pixel_std, input_format, num_detections, loss)
         self.detr = build_hf_detr(hf_config, pretrained, num_classes)
+        check_size_divisibility(size_divisibility, self.detr.config.model_type)
         self.num_classes = num_classes
         self.loss = loss  # a submodule: it shows in the model's repr and modules()
         if loss is not None:

@@ -9,6 +9,7 @@ from detectron2.config import CfgNode, get_cfg
 from detectron2.utils.events import EventStorage
 from torch import nn
 
+from alrp_d2.checks.errors import ArgumentError
 from alrp_d2.config import add_alrp_config
 from alrp_d2.detr import SetRankingLoss, set_prediction_criterion
 from alrp_d2.engine.detr_optimizer import GradientClippedAdamW, detr_param_groups
@@ -90,12 +91,12 @@ def test_weights_from_a_save_pretrained_folder(tmp_path):
     assert other_classes.detr.config.num_labels == 4 and other_classes.loss is None
     backbone = {k: v for k, v in saved.state_dict().items() if ".backbone." in k}
     assert backbone and all(torch.equal(v, other_classes.state_dict()[k]) for k, v in backbone.items())
-    with pytest.raises(ValueError, match="model_type 'deformable_detr' but the pretrained model"):
+    with pytest.raises(ArgumentError, match=r"hf_config.model_type=.deformable_detr.\): the pretrained model"):
         HuggingFaceDETR(hf_config={"model_type": "deformable_detr"}, pretrained=str(tmp_path), num_classes=3)
 
 
 def test_a_config_without_a_supported_model_type_is_named():
-    with pytest.raises(ValueError, match="model_type among .*got 'detr'"):
+    with pytest.raises(ArgumentError, match=r"hf_config.model_type=.detr.\): must be one of"):
         HuggingFaceDETR(hf_config={"model_type": "detr"}, num_classes=3)
 
 
