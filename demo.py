@@ -74,6 +74,7 @@ from alrp_d2.checkpoint import (
 )
 from alrp_d2.checkpoint.safe_pickle import UnsafePickleError
 from alrp_d2.checks.argument_types import drawing_scale, score_threshold
+from alrp_d2.checks.errors import ArgumentError, ConfigError, one_line
 from alrp_d2.config import setup_cfg
 from alrp_d2.config.lazy_fields import lazy_dataset_names
 from alrp_d2.data.dataset_classes import ClassesMismatchError, check_classes, check_dataset_classes, dataset_classes
@@ -445,6 +446,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             cfg, args.input, args.output, args.lrp_thresholds, confidence, args.scale, args.all_classes
         )
     except (
+        ConfigError,  # a refused config: a model's argument (HuggingFaceDETR(pixel_std=...)) named by its key
+        ArgumentError,
         ThresholdError,
         IncompatibleWeightsError,
         NonFiniteWeightsError,
@@ -453,7 +456,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         UnsafePickleError,
         FileNotFoundError,
     ) as error:
-        logger.error("%s", error)
+        logger.error("%s", one_line(error))
         return 2
     logger.info("Wrote %d image(s) to %s", len(written), args.output)
     if failed:

@@ -13,8 +13,10 @@ from typing import Any, Callable, Iterator, Mapping, Tuple, TypeVar
 __all__ = [
     "ArgumentError",
     "ConfigError",
+    "ConfigKeyError",
     "built_naming_config_keys",
     "naming_config_keys",
+    "one_line",
     "require_argument",
     "require_config",
     "require_integer",
@@ -25,6 +27,18 @@ Init = TypeVar("Init", bound=Callable[..., None])
 
 class ConfigError(ValueError):
     """A config the project refuses: a key's value, a file or an override, named in the message."""
+
+
+class ConfigKeyError(ConfigError, KeyError):
+    """A key the config does not have (or that was renamed), named in the message."""
+
+    def __str__(self) -> str:  # KeyError's str() is the repr of its message
+        return str(self.args[0])
+
+
+def one_line(error: BaseException) -> str:
+    """The message of ``error`` on one line (a command's report of a refused config)."""
+    return " ".join(part.strip() for part in str(error).splitlines() if part.strip())
 
 
 def require_config(condition: bool, key: str, value: Any, expectation: str) -> None:

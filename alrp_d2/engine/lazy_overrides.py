@@ -19,7 +19,7 @@ from fvcore.common.checkpoint import PeriodicCheckpointer
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from ..checks.errors import ConfigError
+from ..checks.errors import ConfigError, ConfigKeyError
 from ..config.yaml_bound import check_value_size
 
 __all__ = ["UnknownConfigKeyError", "apply_checked_overrides"]
@@ -29,11 +29,8 @@ PLAIN_NODE_TARGETS: Dict[str, Any] = {"train.checkpointer": PeriodicCheckpointer
 _ABSENT = object()
 
 
-class UnknownConfigKeyError(ConfigError, KeyError):
+class UnknownConfigKeyError(ConfigKeyError):
     """A ``key=value`` override of a key the LazyConfig does not have."""
-
-    def __str__(self) -> str:  # KeyError's str() is the repr of its message
-        return str(self.args[0])
 
 
 def _target(path: str, node: Any) -> Any:
