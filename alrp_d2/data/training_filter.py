@@ -74,15 +74,20 @@ def training_dataset_dicts(cfg: CfgNode) -> List[Dict[str, Any]]:
         filter_empty=cfg.DATALOADER.FILTER_EMPTY_ANNOTATIONS and not mmdet,
         proposal_files=cfg.DATASETS.PROPOSAL_FILES_TRAIN if cfg.MODEL.LOAD_PROPOSALS else None,
     )
+    if mmdet:
+        dataset_dicts = _mmdet_kept(dataset_dicts, cfg.DATASETS.TRAIN)
     require_objects(dataset_dicts, "DATASETS.TRAIN", cfg.DATASETS.TRAIN)
-    if not mmdet:
-        return dataset_dicts
+    return dataset_dicts
+
+
+def _mmdet_kept(dataset_dicts: List[Dict[str, Any]], names: Sequence[str]) -> List[Dict[str, Any]]:
+    """:func:`mmdet_training_filter` of the datasets ``names`` (DATASETS.TRAIN), which must keep an image."""
     kept = mmdet_training_filter(dataset_dicts)
     if dataset_dicts and not kept:
         unannotated = sum(1 for record in dataset_dicts if not record.get("annotations"))
-        raise ValueError(
+        raise ConfigError(
             f"DATALOADER.TRAIN_FILTER 'mmdet' keeps none of the {len(dataset_dicts)} images of DATASETS.TRAIN "
-            f"{tuple(cfg.DATASETS.TRAIN)}: {unannotated} have no annotation and the others a side below "
+            f"{tuple(names)}: {unannotated} have no annotation and the others a side below "
             f"{MMDET_MIN_IMAGE_SIDE} px (mmdetection trains only on annotated images of at least "
             f"{MMDET_MIN_IMAGE_SIDE} x {MMDET_MIN_IMAGE_SIDE} px); annotate the images, or set DATALOADER.TRAIN_FILTER "
             "detectron2"
