@@ -196,7 +196,7 @@ def config_error_line(path: str, error: BaseException) -> str:
     """One line naming the config file and what is wrong (the key, the line of a syntax error)."""
     message = str(error.args[0]) if isinstance(error, KeyError) and error.args else str(error)
     cause = error.__cause__
-    if isinstance(cause, SyntaxError):
+    if isinstance(cause, SyntaxError) and f"line {cause.lineno}" not in message:
         message += f" ({cause.msg}, line {cause.lineno})"
     line = " ".join(part.strip() for part in message.splitlines() if part.strip())
     return line if path in line else f"{path}: {line}"

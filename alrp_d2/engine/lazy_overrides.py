@@ -17,9 +17,10 @@ from detectron2.config import LazyConfig
 from detectron2.utils.registry import locate
 from fvcore.common.checkpoint import PeriodicCheckpointer
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import OverrideParseException
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from ..checks.errors import ConfigError, ConfigKeyError
+from ..checks.errors import ConfigError, ConfigKeyError, one_line
 from ..config.yaml_bound import check_value_size
 
 __all__ = ["UnknownConfigKeyError", "apply_checked_overrides"]
@@ -155,11 +156,16 @@ def apply_checked_overrides(
     cfg: DictConfig, overrides: Sequence[str], path: str, extra_train_keys: Collection[str] = ()
 ) -> DictConfig:
     """detectron2's ``LazyConfig.apply_overrides`` of ``overrides`` (in place; ``cfg`` returned), one at a time,
-    each checked (module docstring): raises :class:`UnknownConfigKeyError` naming the nearest keys, or ValueError
-    naming a key whose value changes kind. ``path``: the config file, in the messages; ``extra_train_keys``: keys
-    ``train`` may hold without the config setting them."""
+    each checked (module docstring): raises :class:`UnknownConfigKeyError` naming the nearest keys, or
+    :class:`ConfigError` for an override that does not parse or a key whose value changes kind.
+    ``path``: the config file, in the messages; ``extra_train_keys``: keys ``train`` may hold without the config
+    setting them."""
     texts: List[str] = list(overrides)
-    for text, parsed in zip(texts, OverridesParser.create().parse_overrides(texts)):
+    try:
+        parsed_overrides = OverridesParser.create().parse_overrides(texts)
+    except OverrideParseException as error:
+        raise ConfigError(f"{path}: an override is not key=value ({one_line(error)})") from error
+    for text, parsed in zip(texts, parsed_overrides):
         key = parsed.key_or_group
         check_value_size(parsed.value(), f"{path}: the override {key}=...")
         if not parsed.is_add() and not _known(cfg, key, extra_train_keys):

@@ -33,7 +33,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from ..checkpoint import LAST_CHECKPOINT, weights_fingerprint
-from ..checks.errors import ConfigError, require_integer
+from ..checks.errors import ConfigError, one_line, require_integer
 from ..config.lazy_fields import TRAIN_DEFAULTS, lazy_calls, lazy_dataset_names, train_option
 from ..data import SHAPES_DATASETS, register_shapes_datasets
 from ..data.dataset_classes import DatasetClasses, check_classes, dataset_classes
@@ -77,7 +77,14 @@ def load_lazy_config(path: str, overrides: Sequence[str] = ()) -> DictConfig:
     """detectron2's ``LazyConfig.load`` and ``apply_overrides`` (``key=value``), checked: each override names a
     known key and keeps its value's kind (:func:`apply_checked_overrides`), the fields the trainer reads exist, the
     periods are positive integers and the model takes its mappers' channel order (:func:`check_image_formats`)."""
-    cfg = apply_checked_overrides(LazyConfig.load(path), overrides, path, extra_train_keys=TRAIN_DEFAULTS)
+    try:
+        loaded = LazyConfig.load(path)
+    except OSError as error:
+        raise ConfigError(f"{path}: {one_line(error)}") from error
+    except SyntaxError as error:  # detectron2's, from the file's own
+        cause = error.__cause__ if isinstance(error.__cause__, SyntaxError) else error
+        raise ConfigError(f"{path}: a syntax error ({cause.msg}, line {cause.lineno})") from cause
+    cfg = apply_checked_overrides(loaded, overrides, path, extra_train_keys=TRAIN_DEFAULTS)
     for field in ("model", "train", "dataloader"):
         if field not in cfg:
             raise ConfigError(f"{path}: a LazyConfig for train_net.py needs a top-level {field!r}")

@@ -17,7 +17,7 @@ from detectron2.data import get_detection_dataset_dicts
 
 import demo as demo_module
 from alrp_d2.checks.errors import ArgumentError, ConfigError
-from alrp_d2.config import add_alrp_config
+from alrp_d2.config import add_alrp_config, setup_cfg
 from alrp_d2.config.lazy_fields import lazy_calls
 from alrp_d2.data.shapes import prepare_shapes_dataset, shapes_paths
 from alrp_d2.data.training_filter import training_dataset_dicts
@@ -122,6 +122,25 @@ def test_a_training_set_without_objects_stops_before_the_first_step_naming_it(sh
     yacs.DATASETS.TRAIN, yacs.DATALOADER.FILTER_EMPTY_ANNOTATIONS = ("unannotated_train",), False
     with pytest.raises(ConfigError, match=r"DATASETS.TRAIN \('unannotated_train',\): none of its 2 images"):
         training_dataset_dicts(yacs)
+
+
+def test_the_refusals_of_a_config_file_or_option_are_config_errors(tmp_path):
+    """What train_net.py reports in one line: every refusal of a config file or option is a ConfigError naming it."""
+    broken = tmp_path / "broken.py"
+    broken.write_text("model = (\n")
+    yaml_config = str(REPO_ROOT / "configs" / "quickstart" / "alrp_retinanet_shapes.yaml")
+    cases = [
+        (lambda: load_lazy_config(QUICKSTART, ["train.max_iter"]), r"rtdetr_shapes.py: an override is not key=value"),
+        (lambda: load_lazy_config(QUICKSTART, ["model.no_such_key=1"]), r"model.no_such_key=\.\.\. names a key"),
+        (lambda: load_lazy_config(str(tmp_path / "missing.py")), r"missing.py: .*No such file"),
+        (lambda: load_lazy_config(str(broken)), r"broken.py: a syntax error \(.*line 1\)"),
+        (lambda: setup_cfg(yaml_config, ["MODEL.NO_SUCH_KEY", "1"]), r"command-line options: .*MODEL.NO_SUCH_KEY"),
+        (lambda: setup_cfg(yaml_config, ["SOLVER.MAX_ITER", "many"]), r"command-line options: .*SOLVER.MAX_ITER"),
+        (lambda: setup_cfg(str(tmp_path / "missing.yaml")), r"missing.yaml"),
+    ]
+    for load, message in cases:
+        with pytest.raises(ConfigError, match=message):
+            load()
 
 
 def test_train_net_reports_a_refused_config_in_one_line_with_exit_status_2(shapes_files, tmp_path):
