@@ -73,13 +73,15 @@ from alrp_d2.checkpoint import (
     weights_fingerprint,
 )
 from alrp_d2.checkpoint.safe_pickle import UnsafePickleError
+from alrp_d2.checks.argument_types import drawing_scale, score_threshold
+from alrp_d2.checks.errors import ArgumentError, ConfigError, one_line
 from alrp_d2.config import setup_cfg
-from alrp_d2.config.argument_types import drawing_scale, score_threshold
+from alrp_d2.config.lazy_fields import lazy_dataset_names
 from alrp_d2.data.dataset_classes import ClassesMismatchError, check_classes, check_dataset_classes, dataset_classes
 from alrp_d2.data.image_errors import high_bit_depth_error
 from alrp_d2.data.image_size import ImageSizeError
 from alrp_d2.data.user_datasets import add_dataset_argument, register_user_datasets
-from alrp_d2.engine.lazy_run import is_lazy_config, lazy_dataset_names, lazy_num_classes, load_lazy_config
+from alrp_d2.engine.lazy_run import is_lazy_config, lazy_num_classes, load_lazy_config
 from alrp_d2.evaluation import AlrpPredictor, LRPThresholdPredictor, filter_by_class_thresholds, load_lrp_thresholds
 from alrp_d2.evaluation.lazy_predictor import LazyPredictor
 from alrp_d2.user_modules import add_import_argument, import_user_modules
@@ -194,7 +196,7 @@ def config_error_line(path: str, error: BaseException) -> str:
     """One line naming the config file and what is wrong (the key, the line of a syntax error)."""
     message = str(error.args[0]) if isinstance(error, KeyError) and error.args else str(error)
     cause = error.__cause__
-    if isinstance(cause, SyntaxError):
+    if isinstance(cause, SyntaxError) and f"line {cause.lineno}" not in message:
         message += f" ({cause.msg}, line {cause.lineno})"
     line = " ".join(part.strip() for part in message.splitlines() if part.strip())
     return line if path in line else f"{path}: {line}"
@@ -444,6 +446,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             cfg, args.input, args.output, args.lrp_thresholds, confidence, args.scale, args.all_classes
         )
     except (
+        ConfigError,  # a refused config: a model's argument (HuggingFaceDETR(pixel_std=...)) named by its key
+        ArgumentError,
         ThresholdError,
         IncompatibleWeightsError,
         NonFiniteWeightsError,
@@ -452,7 +456,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         UnsafePickleError,
         FileNotFoundError,
     ) as error:
-        logger.error("%s", error)
+        logger.error("%s", one_line(error))
         return 2
     logger.info("Wrote %d image(s) to %s", len(written), args.output)
     if failed:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from datetime import timedelta
 
 from alrp_d2.known_warnings import ignore_third_party_deprecations
@@ -43,8 +44,9 @@ from detectron2.utils import comm
 from detectron2.utils.logger import setup_logger
 
 from alrp_d2.checkpoint import LAST_CHECKPOINT
+from alrp_d2.checks.argument_types import dist_timeout_seconds
+from alrp_d2.checks.errors import ArgumentError, ConfigError, one_line
 from alrp_d2.config import setup_cfg
-from alrp_d2.config.argument_types import dist_timeout_seconds
 from alrp_d2.data import SHAPES_DATASETS, register_shapes_datasets
 from alrp_d2.data.dataset_classes import check_dataset_classes, dataset_classes
 from alrp_d2.data.dataset_segmentations import check_dataset_segmentations
@@ -59,6 +61,8 @@ from alrp_d2.user_modules import add_import_argument, import_user_modules
 #: this many seconds instead of detectron2's 30 minutes. Longer than any work of one rank while the others wait
 #: (rank 0's COCO evaluation of the test set).
 DEFAULT_DIST_TIMEOUT_S = 600
+#: The refusals of a config that the command reports in one line with exit status 2.
+REFUSED_CONFIG = (ConfigError, ArgumentError)
 
 
 def prepare_datasets(cfg: CfgNode, args: argparse.Namespace) -> None:
@@ -143,23 +147,36 @@ def get_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def run(arguments: argparse.Namespace) -> int:
+    """The command: the config checked before the workers start, then :func:`main` in each worker. A refused config
+    (a key, a file, an override, a constructor's argument: :data:`REFUSED_CONFIG`) ends it with one line on stderr
+    and exit status 2, as ``python -m alrp_d2.lrp`` refuses its files; in a one-process run, also when the model or
+    the training set is refused while the run is built."""
+    setup_logger(name="alrp_d2")  # e.g. while the shapes dataset is generated, before the workers start
+    try:
+        import_user_modules(arguments.imports)
+        if is_lazy_config(arguments.config_file):
+            check_lazy_launch(arguments)
+        else:
+            cfg = setup_cfg(arguments.config_file, arguments.opts, allow_unsafe=arguments.allow_unsafe_config)
+            prepare_datasets(cfg, arguments)
+            check_eval_only_weights(cfg, arguments)
+        launch(
+            main,
+            arguments.num_gpus,
+            num_machines=arguments.num_machines,
+            machine_rank=arguments.machine_rank,
+            dist_url=arguments.dist_url,
+            args=(arguments,),
+            timeout=timedelta(seconds=arguments.dist_timeout),
+        )
+    except REFUSED_CONFIG as error:
+        print(f"train_net.py: {one_line(error)}", file=sys.stderr)
+        return 2
+    return 0
+
+
 if __name__ == "__main__":
     arguments = get_parser().parse_args()
     print("Command Line Args:", arguments)
-    setup_logger(name="alrp_d2")  # e.g. while the shapes dataset is generated, before the workers start
-    import_user_modules(arguments.imports)
-    if is_lazy_config(arguments.config_file):
-        check_lazy_launch(arguments)
-    else:
-        launcher_cfg = setup_cfg(arguments.config_file, arguments.opts, allow_unsafe=arguments.allow_unsafe_config)
-        prepare_datasets(launcher_cfg, arguments)
-        check_eval_only_weights(launcher_cfg, arguments)
-    launch(
-        main,
-        arguments.num_gpus,
-        num_machines=arguments.num_machines,
-        machine_rank=arguments.machine_rank,
-        dist_url=arguments.dist_url,
-        args=(arguments,),
-        timeout=timedelta(seconds=arguments.dist_timeout),
-    )
+    sys.exit(run(arguments))

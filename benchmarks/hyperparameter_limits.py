@@ -1,4 +1,4 @@
-"""What the losses' hyperparameters at and beyond the bounds of ``alrp_d2/config/hyperparameter_ranges.py`` do to
+"""What the losses' hyperparameters at and beyond the bounds of ``alrp_d2/checks/hyperparameter_ranges.py`` do to
 training: the total loss of the first SGD steps (lr 0.01, momentum 0.9) of aLRP RetinaNet at test scale (ResNet-18,
 16-channel FPN, two 96 x 128 noise images with two objects), or the step at which it became infinite or NaN. The model
 is built with valid values, then given the value measured (the checks would refuse it at construction); the localisation

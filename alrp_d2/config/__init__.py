@@ -1,12 +1,11 @@
 """The config of alrp-d2 (detectron2's config system, extended as detectron2 projects do): its keys
-(``add_alrp_config``, :mod:`.keys`), the validation of the keys no constructor reads (:mod:`.validation`) and the one
-entry point ``setup_cfg`` (:mod:`.setup`); the errors naming a key or an argument (:mod:`.checks`), the ranges of the
-losses' hyperparameters (:mod:`.hyperparameter_ranges`) and the command-line argument types
-(:mod:`.argument_types`).
+(``add_alrp_config``, :mod:`.keys`), the validation of the keys no constructor reads (:mod:`.validation`), the one
+entry point ``setup_cfg`` (:mod:`.setup`) and the fields of a LazyConfig the project reads (:mod:`.lazy_fields`).
 
-``checks`` and ``hyperparameter_ranges`` are pure Python: the detectron2-free criteria import them. The keys,
-the validation and ``setup_cfg`` import detectron2 and register the project's components, so this package imports
-them on first access of their names (``from alrp_d2.config import setup_cfg``).
+This floor stands above ``alrp_d2.modeling`` and ``alrp_d2.data``: the keys register the project's components and
+datasets, the validation reads the backbones' constants. The rules the floors below check (the errors naming a key or
+an argument, the hyperparameters' ranges) live on the ground floor, :mod:`alrp_d2.checks`. This package imports its
+modules on first access of their names (``from alrp_d2.config import setup_cfg``).
 """
 
 from __future__ import annotations

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import ast
-from typing import List, Optional, Sequence
+import contextlib
+from typing import Iterator, List, Optional, Sequence
 
 import yaml
 from detectron2.config import CfgNode as CN
 from detectron2.config import get_cfg
 
+from ..checks.errors import ConfigError, ConfigKeyError
 from .keys import add_alrp_config
 from .validation import validate_alrp_config
 from .yaml_bound import check_option_values, check_yaml_size
@@ -16,7 +18,7 @@ from .yaml_bound import check_option_values, check_yaml_size
 __all__ = ["UnsafeConfigError", "setup_cfg"]
 
 
-class UnsafeConfigError(ValueError):
+class UnsafeConfigError(ConfigError):
     """A config file uses YAML tags that construct Python objects (they can run code)."""
 
 
@@ -34,17 +36,34 @@ def setup_cfg(config_file: Optional[str] = None, opts: Sequence[str] = (), allow
     add_alrp_config(cfg)
     if config_file:
         check_yaml_size(config_file)
-        try:
-            cfg.merge_from_file(config_file, allow_unsafe=allow_unsafe)
-        except yaml.constructor.ConstructorError as error:
-            raise UnsafeConfigError(
-                f"the config file {config_file} (or one of its _BASE_ files) uses a YAML tag that constructs a "
-                f"Python object, which can run code:\n{error}\nRemove the tag, or pass --allow-unsafe-config "
-                "(setup_cfg(..., allow_unsafe=True)) if you trust the file."
-            ) from error
-    cfg.merge_from_list(_integers_as_floats(cfg, opts))
+        with yacs_refusals(config_file):
+            try:
+                cfg.merge_from_file(config_file, allow_unsafe=allow_unsafe)
+            except yaml.constructor.ConstructorError as error:
+                raise UnsafeConfigError(
+                    f"the config file {config_file} (or one of its _BASE_ files) uses a YAML tag that constructs a "
+                    f"Python object, which can run code:\n{error}\nRemove the tag, or pass --allow-unsafe-config "
+                    "(setup_cfg(..., allow_unsafe=True)) if you trust the file."
+                ) from error
+    with yacs_refusals("the command-line options"):
+        cfg.merge_from_list(_integers_as_floats(cfg, opts))
     validate_alrp_config(cfg)
     return cfg
+
+
+@contextlib.contextmanager
+def yacs_refusals(source: str) -> Iterator[None]:
+    """yacs's refusals of ``source`` (a config file, or the command-line options) as :class:`ConfigError`: a key the
+    config does not have or that was renamed (:class:`ConfigKeyError`), a value of another type, an odd list of
+    options."""
+    try:
+        yield
+    except ConfigError:
+        raise
+    except KeyError as error:
+        raise ConfigKeyError(f"{source}: {error.args[0] if error.args else error}") from error
+    except (ValueError, AssertionError) as error:
+        raise ConfigError(f"{source}: {error}") from error
 
 
 def _integers_as_floats(cfg: CN, opts: Sequence[str]) -> List[str]:

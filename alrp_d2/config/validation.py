@@ -9,6 +9,8 @@ from typing import Iterator, Sequence, Tuple
 
 from detectron2.config import CfgNode as CN
 
+from ..checks.errors import ConfigError, require_config, require_integer
+from ..checks.hyperparameter_ranges import is_number
 from ..losses.global_ranking import RANKINGS
 from ..modeling.backbone import (
     FPN_KEY_BACKBONES,
@@ -17,8 +19,6 @@ from ..modeling.backbone import (
     FROZEN_STATS_BN_BACKBONES,
     P7_BACKBONES,
 )
-from .checks import require_config, require_integer
-from .hyperparameter_ranges import is_number
 from .keys import TEST_RESIZES, TRAIN_FILTERS
 
 __all__ = ["validate_alrp_config"]
@@ -84,7 +84,7 @@ def _validate_finite_floats(cfg: CN) -> None:
     leaves += [(key, _lookup(cfg, key)) for key in FINITE_FLOAT_KEYS]
     for key, value in leaves:
         if not _finite(value):  # reprlib: a list shared by YAML aliases prints in bounded time
-            raise ValueError(f"Invalid config value {key}={reprlib.repr(value)}: must be finite (not inf or nan)")
+            raise ConfigError(f"Invalid config value {key}={reprlib.repr(value)}: must be finite (not inf or nan)")
 
 
 def _validate_number_keys(cfg: CN) -> None:

@@ -15,6 +15,8 @@ from typing import Any, Callable, Dict, Iterable, Optional, Sequence, Set
 
 import yaml
 
+from ..checks.errors import ConfigError
+
 __all__ = [
     "MAX_CONFIG_NODES",
     "ConfigTooLargeError",
@@ -30,7 +32,7 @@ __all__ = [
 MAX_CONFIG_NODES = 100_000
 
 
-class ConfigTooLargeError(ValueError):
+class ConfigTooLargeError(ConfigError):
     """A config (file, option or override) over :data:`MAX_CONFIG_NODES` nodes, or with a recursive alias."""
 
 

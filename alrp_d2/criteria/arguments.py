@@ -5,22 +5,22 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ..config.checks import require_argument
-from ..config.hyperparameter_ranges import delta_problem, tau_problem
+from ..checks.errors import require_argument
+from ..checks.hyperparameter_ranges import delta_problem, tau_problem
 
 __all__ = ["check_choice", "check_delta", "check_tau"]
 
 
 def check_delta(owner: Any, delta: float, *, unit_step: bool = False) -> None:
     """``delta``, the smoothness of the step function, in the range of
-    :func:`~alrp_d2.config.hyperparameter_ranges.delta_problem` (0, the unit step, with ``unit_step``)."""
+    :func:`~alrp_d2.checks.hyperparameter_ranges.delta_problem` (0, the unit step, with ``unit_step``)."""
     problem = delta_problem(delta, unit_step)
     require_argument(problem is None, _name(owner), "delta", delta, str(problem))
 
 
 def check_tau(owner: Any, tau: float) -> None:
     """``tau``, the IoU threshold of E_loc (Sec. 2.2), in the range of
-    :func:`~alrp_d2.config.hyperparameter_ranges.tau_problem`."""
+    :func:`~alrp_d2.checks.hyperparameter_ranges.tau_problem`."""
     problem = tau_problem(tau)
     require_argument(problem is None, _name(owner), "tau", tau, str(problem))
 

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any, List, Optional
 import torch
 from torch import Tensor
 
-from ..config.checks import naming_config_keys, require_argument
-from ..config.hyperparameter_ranges import weight_problem
+from ..checks.errors import naming_config_keys, require_argument
+from ..checks.hyperparameter_ranges import weight_problem
 from ..losses.correlation_loss import CORRELATION_KINDS, correlation_loss, correlation_loss_per_level
 from ..losses.global_ranking import RankingGroup, exchange_checked
 from ..losses.localisation_error import paired_iou_giou

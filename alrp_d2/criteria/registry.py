@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any, Type
 
 from fvcore.common.registry import Registry
 
-from ..config.checks import naming_config_keys, require_config
+from ..checks.errors import naming_config_keys, require_config
 from .config_keys import HEAD_KEYS, HeadKeys
 from .ranking_criterion import RankingCriterion
 

@@ -27,7 +27,7 @@ from detectron2.structures import Boxes, pairwise_iou
 from fvcore.transforms.transform import CropTransform, NoOpTransform, PadTransform, Transform
 from PIL import Image
 
-from ..config.checks import require_config
+from ..checks.errors import require_config
 
 __all__ = [
     "PhotometricDistortionParams",

@@ -10,7 +10,7 @@ from typing import Any
 
 from detectron2.data import DatasetCatalog, MetadataCatalog
 
-from ..config.checks import require_integer
+from ..checks.errors import require_integer
 
 __all__ = ["first_images_dataset"]
 

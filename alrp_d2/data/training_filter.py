@@ -1,16 +1,19 @@
 """mmdetection's training-set filter (``CocoDataset`` in training), which the official models were trained with
-(DATALOADER.TRAIN_FILTER "mmdet"; docs/paper_notes.md, "Training-set filter")."""
+(DATALOADER.TRAIN_FILTER "mmdet"; docs/paper_notes.md, "Training-set filter"), and the refusal of a training set
+without any object."""
 
 from __future__ import annotations
 
 import copy
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Sequence
 
 from detectron2.config import CfgNode
 from detectron2.data import get_detection_dataset_dicts
 from detectron2.structures import BoxMode
 
-__all__ = ["MMDET_MIN_IMAGE_SIDE", "mmdet_training_filter", "training_dataset_dicts"]
+from ..checks.errors import ConfigError
+
+__all__ = ["MMDET_MIN_IMAGE_SIDE", "mmdet_training_filter", "require_objects", "training_dataset_dicts"]
 
 #: Images whose shorter side is below this are dropped (mmdetection's ``_filter_imgs(min_size=32)``).
 MMDET_MIN_IMAGE_SIDE = 32
@@ -49,24 +52,42 @@ def mmdet_training_filter(dataset_dicts: List[Dict[str, Any]]) -> List[Dict[str,
     return kept
 
 
+def require_objects(dataset_dicts: List[Dict[str, Any]], key: str, names: Sequence[str]) -> None:
+    """Raises :class:`ConfigError` naming the config ``key`` and its datasets ``names`` when no image of the training
+    set holds an object (a non-crowd annotation): every loss would be 0 and every metric NaN (with detectron2's
+    ``filter_empty=False`` such a set reaches the loader)."""
+    if not any(not a.get("iscrowd", 0) for record in dataset_dicts for a in record.get("annotations", ())):
+        raise ConfigError(
+            f"{key} {tuple(names)}: none of its {len(dataset_dicts)} images holds an object (no annotation, or only "
+            "crowd ones): there is nothing to train on; annotate the images or train on another dataset"
+        )
+
+
 def training_dataset_dicts(cfg: CfgNode) -> List[Dict[str, Any]]:
     """The dataset dicts of DATASETS.TRAIN filtered as DATALOADER.TRAIN_FILTER says: "detectron2" is
     detectron2's ``get_detection_dataset_dicts`` (DATALOADER.FILTER_EMPTY_ANNOTATIONS), "mmdet"
-    :func:`mmdet_training_filter` on the unfiltered dicts."""
+    :func:`mmdet_training_filter` on the unfiltered dicts; a set without any object is refused
+    (:func:`require_objects`)."""
     mmdet = cfg.DATALOADER.TRAIN_FILTER == "mmdet"
     dataset_dicts = get_detection_dataset_dicts(
         cfg.DATASETS.TRAIN,
         filter_empty=cfg.DATALOADER.FILTER_EMPTY_ANNOTATIONS and not mmdet,
         proposal_files=cfg.DATASETS.PROPOSAL_FILES_TRAIN if cfg.MODEL.LOAD_PROPOSALS else None,
     )
-    if not mmdet:
-        return dataset_dicts
+    if mmdet:
+        dataset_dicts = _mmdet_kept(dataset_dicts, cfg.DATASETS.TRAIN)
+    require_objects(dataset_dicts, "DATASETS.TRAIN", cfg.DATASETS.TRAIN)
+    return dataset_dicts
+
+
+def _mmdet_kept(dataset_dicts: List[Dict[str, Any]], names: Sequence[str]) -> List[Dict[str, Any]]:
+    """:func:`mmdet_training_filter` of the datasets ``names`` (DATASETS.TRAIN), which must keep an image."""
     kept = mmdet_training_filter(dataset_dicts)
     if dataset_dicts and not kept:
         unannotated = sum(1 for record in dataset_dicts if not record.get("annotations"))
-        raise ValueError(
+        raise ConfigError(
             f"DATALOADER.TRAIN_FILTER 'mmdet' keeps none of the {len(dataset_dicts)} images of DATASETS.TRAIN "
-            f"{tuple(cfg.DATASETS.TRAIN)}: {unannotated} have no annotation and the others a side below "
+            f"{tuple(names)}: {unannotated} have no annotation and the others a side below "
             f"{MMDET_MIN_IMAGE_SIDE} px (mmdetection trains only on annotated images of at least "
             f"{MMDET_MIN_IMAGE_SIDE} x {MMDET_MIN_IMAGE_SIDE} px); annotate the images, or set DATALOADER.TRAIN_FILTER "
             "detectron2"

@@ -1,7 +1,8 @@
 """The start-up checks of the YAML path (train_net.py, :class:`~alrp_d2.engine.AlrpTrainer`) for a LazyConfig run:
 every process has the same config and ``--dataset`` files (:func:`lazy_run_description`, compared by
 :func:`~alrp_d2.engine.machine_agreement.check_machines_agree`), and a mask model's datasets have a usable
-segmentation for every annotation (:func:`check_lazy_segmentations`)."""
+segmentation for every annotation (:func:`check_lazy_segmentations`), and the model takes the channel order its
+mappers give (:func:`check_image_formats`: YAML's one INPUT.FORMAT cannot differ)."""
 
 from __future__ import annotations
 
@@ -15,10 +16,17 @@ from detectron2.config import CfgNode
 from detectron2.config.instantiate import _convert_target_to_string
 from omegaconf import DictConfig, OmegaConf
 
+from ..checks.errors import ConfigError
 from ..data.dataset_segmentations import check_segmentations
 from .machine_agreement import check_machines_agree, run_description
 
-__all__ = ["check_lazy_machines_agree", "check_lazy_segmentations", "has_mask_head", "lazy_run_description"]
+__all__ = [
+    "check_image_formats",
+    "check_lazy_machines_agree",
+    "check_lazy_segmentations",
+    "has_mask_head",
+    "lazy_run_description",
+]
 
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
@@ -74,3 +82,19 @@ def check_lazy_segmentations(cfg: DictConfig, dataset_names: Sequence[str]) -> N
     and the annotation), as the YAML path checks them with MODEL.MASK_ON."""
     if has_mask_head(cfg):
         check_segmentations(dataset_names)
+
+
+def check_image_formats(cfg: DictConfig, path: str) -> None:
+    """Raises :class:`ConfigError` naming both keys when ``model.input_format`` (the channel order the model takes)
+    differs from the ``image_format`` of ``dataloader.train.mapper`` or ``dataloader.test.mapper`` (the order the
+    mapper gives): the model would read every image's channels reversed."""
+    model_format = cfg.model.get("input_format") if isinstance(cfg.model, DictConfig) else None
+    for split in ("train", "test"):
+        mapper = OmegaConf.select(cfg, f"dataloader.{split}.mapper")
+        mapper_format = mapper.get("image_format") if isinstance(mapper, DictConfig) else None
+        if model_format is not None and mapper_format is not None and mapper_format != model_format:
+            raise ConfigError(
+                f"{path}: model.input_format={model_format!r} but dataloader.{split}.mapper.image_format="
+                f"{mapper_format!r}: the model would read the images' channels in the other order; set both to the "
+                "same value"
+            )

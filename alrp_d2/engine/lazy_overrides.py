@@ -5,7 +5,7 @@ never read), and a value of another kind than the one it replaces (a number, a b
 
 A key a config does not hold is still known when it is an argument of the ``LazyCall`` it would be added to (e.g.
 ``model.ranking_loss.loss_weight``, an argument of ``HeadRankingLoss``) or one of the project's ``train`` keys
-(:data:`~alrp_d2.engine.lazy_run.TRAIN_DEFAULTS`); ``+key=value`` (hydra's syntax) adds a key on purpose."""
+(:data:`~alrp_d2.config.lazy_fields.TRAIN_DEFAULTS`); ``+key=value`` (hydra's syntax) adds a key on purpose."""
 
 from __future__ import annotations
 
@@ -17,8 +17,10 @@ from detectron2.config import LazyConfig
 from detectron2.utils.registry import locate
 from fvcore.common.checkpoint import PeriodicCheckpointer
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import OverrideParseException
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from ..checks.errors import ConfigError, ConfigKeyError, one_line
 from ..config.yaml_bound import check_value_size
 
 __all__ = ["UnknownConfigKeyError", "apply_checked_overrides"]
@@ -28,11 +30,8 @@ PLAIN_NODE_TARGETS: Dict[str, Any] = {"train.checkpointer": PeriodicCheckpointer
 _ABSENT = object()
 
 
-class UnknownConfigKeyError(KeyError):
+class UnknownConfigKeyError(ConfigKeyError):
     """A ``key=value`` override of a key the LazyConfig does not have."""
-
-    def __str__(self) -> str:  # KeyError's str() is the repr of its message
-        return str(self.args[0])
 
 
 def _target(path: str, node: Any) -> Any:
@@ -150,18 +149,23 @@ def _check_kind(cfg: DictConfig, key: str, before: Any, after: Any, path: str) -
         return
     fits = isinstance(after, bool) if kind == "True or False" else _kind(after) == "a number"
     if not fits:
-        raise ValueError(f"{path}: invalid override {key}={after!r}: must be {kind}, as its value {before!r} is")
+        raise ConfigError(f"{path}: invalid override {key}={after!r}: must be {kind}, as its value {before!r} is")
 
 
 def apply_checked_overrides(
     cfg: DictConfig, overrides: Sequence[str], path: str, extra_train_keys: Collection[str] = ()
 ) -> DictConfig:
     """detectron2's ``LazyConfig.apply_overrides`` of ``overrides`` (in place; ``cfg`` returned), one at a time,
-    each checked (module docstring): raises :class:`UnknownConfigKeyError` naming the nearest keys, or ValueError
-    naming a key whose value changes kind. ``path``: the config file, in the messages; ``extra_train_keys``: keys
-    ``train`` may hold without the config setting them."""
+    each checked (module docstring): raises :class:`UnknownConfigKeyError` naming the nearest keys, or
+    :class:`ConfigError` for an override that does not parse or a key whose value changes kind.
+    ``path``: the config file, in the messages; ``extra_train_keys``: keys ``train`` may hold without the config
+    setting them."""
     texts: List[str] = list(overrides)
-    for text, parsed in zip(texts, OverridesParser.create().parse_overrides(texts)):
+    try:
+        parsed_overrides = OverridesParser.create().parse_overrides(texts)
+    except OverrideParseException as error:
+        raise ConfigError(f"{path}: an override is not key=value ({one_line(error)})") from error
+    for text, parsed in zip(texts, parsed_overrides):
         key = parsed.key_or_group
         check_value_size(parsed.value(), f"{path}: the override {key}=...")
         if not parsed.is_add() and not _known(cfg, key, extra_train_keys):

@@ -18,39 +18,38 @@ import copy
 import logging
 import math
 import os
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 import torch
 from detectron2.config import LazyCall as L
 from detectron2.config import LazyConfig, instantiate
-from detectron2.config.instantiate import _convert_target_to_string
 from detectron2.data import build_detection_train_loader, get_detection_dataset_dicts
 from detectron2.engine import create_ddp_model, default_setup
 from detectron2.evaluation import inference_on_dataset, print_csv_format
 from detectron2.utils import comm
 from detectron2.utils.registry import locate
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from ..checkpoint import LAST_CHECKPOINT, weights_fingerprint
-from ..config.checks import require_integer
+from ..checks.errors import ConfigError, one_line, require_integer
+from ..config.lazy_fields import TRAIN_DEFAULTS, lazy_calls, lazy_dataset_names, train_option
 from ..data import SHAPES_DATASETS, register_shapes_datasets
 from ..data.dataset_classes import DatasetClasses, check_classes, dataset_classes
 from ..data.evaluated_images import first_images_dataset
 from ..data.image_errors import ImageErrorGuard
 from ..data.samplers import build_resumable_train_loader
+from ..data.training_filter import require_objects
 from ..data.user_datasets import register_user_datasets
 from ..evaluation import COCOLRPEvaluator
 from .buffer_sync import broadcast_buffers_from_main
-from .lazy_checks import check_lazy_machines_agree, check_lazy_segmentations
+from .lazy_checks import check_image_formats, check_lazy_machines_agree, check_lazy_segmentations
 from .lazy_overrides import apply_checked_overrides
 from .trainer import RunTrainer, TrainingRun, ddp_arguments, evaluate_checkpoint
 
 __all__ = [
-    "TRAIN_DEFAULTS",
     "is_lazy_config",
-    "lazy_dataset_names",
     "check_lazy_launch",
     "follow_the_machine",
     "lazy_main",
@@ -64,18 +63,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: The project's keys of ``train`` and their values when a config (e.g. one of detectron2's) lacks them:
-#: ``self_balance_period`` (iterations; 0: one epoch of the training set), ``allow_partial_weights`` (weights that do
-#: not fit the model load as detectron2 loads them), ``skip_unreadable_images`` (skip training images that cannot be
-#: read, with a warning per file), ``seed`` (< 0: drawn, shared by the workers and saved in the checkpoints) and
-#: ``eval_max_images`` (evaluate the first N images of ``dataloader.test``'s datasets; 0 or None: all).
-TRAIN_DEFAULTS: Dict[str, Any] = {
-    "self_balance_period": 0,
-    "allow_partial_weights": False,
-    "skip_unreadable_images": False,
-    "seed": -1,
-    "eval_max_images": 0,
-}
 EVAL_MAX_IMAGES_KEY = "train.eval_max_images"
 #: Where a LazyConfig model keeps its number of classes, in the order they are looked up.
 NUM_CLASSES_KEYS = ("model.roi_heads.num_classes", "model.num_classes")
@@ -86,27 +73,30 @@ def is_lazy_config(path: str) -> bool:
     return path.endswith(".py")
 
 
-def train_option(cfg: DictConfig, key: str) -> Any:
-    """``train.<key>``, or its :data:`TRAIN_DEFAULTS` value."""
-    return cfg.train.get(key, TRAIN_DEFAULTS[key])
-
-
 def load_lazy_config(path: str, overrides: Sequence[str] = ()) -> DictConfig:
     """detectron2's ``LazyConfig.load`` and ``apply_overrides`` (``key=value``), checked: each override names a
-    known key and keeps its value's kind (:func:`apply_checked_overrides`), the fields the trainer reads exist, and
-    the periods are positive integers."""
-    cfg = apply_checked_overrides(LazyConfig.load(path), overrides, path, extra_train_keys=TRAIN_DEFAULTS)
+    known key and keeps its value's kind (:func:`apply_checked_overrides`), the fields the trainer reads exist, the
+    periods are positive integers and the model takes its mappers' channel order (:func:`check_image_formats`)."""
+    try:
+        loaded = LazyConfig.load(path)
+    except OSError as error:
+        raise ConfigError(f"{path}: {one_line(error)}") from error
+    except SyntaxError as error:  # detectron2's, from the file's own
+        cause = error.__cause__ if isinstance(error.__cause__, SyntaxError) else error
+        raise ConfigError(f"{path}: a syntax error ({cause.msg}, line {cause.lineno})") from cause
+    cfg = apply_checked_overrides(loaded, overrides, path, extra_train_keys=TRAIN_DEFAULTS)
     for field in ("model", "train", "dataloader"):
         if field not in cfg:
-            raise ValueError(f"{path}: a LazyConfig for train_net.py needs a top-level {field!r}")
+            raise ConfigError(f"{path}: a LazyConfig for train_net.py needs a top-level {field!r}")
     for key in ("max_iter", "log_period", "checkpointer.period"):
         value = OmegaConf.select(cfg.train, key)
         if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
-            raise ValueError(f"{path}: train.{key} must be an integer >= 1, got {value!r}")
+            raise ConfigError(f"{path}: train.{key} must be an integer >= 1, got {value!r}")
     period = train_option(cfg, "self_balance_period")
     if not (isinstance(period, int) and period >= 0):
-        raise ValueError(f"{path}: train.self_balance_period must be an integer >= 0 (0: one epoch), got {period!r}")
+        raise ConfigError(f"{path}: train.self_balance_period must be an integer >= 0 (0: one epoch), got {period!r}")
     eval_max_images(cfg)
+    check_image_formats(cfg, path)
     return cfg
 
 
@@ -116,28 +106,6 @@ def eval_max_images(cfg: DictConfig) -> int:
     value = 0 if value in (None, "None") else value  # detectron2's key=value override keeps "None" a string
     require_integer(EVAL_MAX_IMAGES_KEY, value, 0, " (0 or None: all images)")
     return value
-
-
-def lazy_calls(node: Any, target: Any) -> Iterator[DictConfig]:
-    """Every LazyCall of ``target`` in a config subtree (its ``_target_`` the object, or its dotted name as a
-    saved config holds it)."""
-    if isinstance(node, DictConfig):
-        if node.get("_target_") is target or node.get("_target_") == _convert_target_to_string(target):
-            yield node
-        for value in node.values():
-            yield from lazy_calls(value, target)
-    elif isinstance(node, ListConfig):
-        for value in node:
-            yield from lazy_calls(value, target)
-
-
-def lazy_dataset_names(cfg: DictConfig, split: str) -> List[str]:
-    """The dataset names of ``dataloader.<split>`` (those of its ``get_detection_dataset_dicts`` calls)."""
-    names: List[str] = []
-    for call in lazy_calls(cfg.dataloader.get(split), get_detection_dataset_dicts):
-        value = call.get("names")
-        names += [value] if isinstance(value, str) else list(value)
-    return names
 
 
 def lazy_num_classes(cfg: DictConfig) -> Tuple[str, int]:
@@ -197,6 +165,7 @@ def build_lazy_train_loader(cfg: DictConfig) -> Tuple[Any, int]:
                        "run restarts its sample stream (exact resume needs the resumable loader)")  # fmt: skip
         return instantiate(loader), 0
     dataset = instantiate(loader.dataset)
+    require_objects(dataset, "dataloader.train", lazy_dataset_names(cfg, "train"))
     mapper = ImageErrorGuard(instantiate(loader.mapper), skip=train_option(cfg, "skip_unreadable_images"))
     seed = train_option(cfg, "seed")
     seed = seed if seed >= 0 else comm.shared_random_seed()

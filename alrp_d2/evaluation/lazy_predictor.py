@@ -17,9 +17,9 @@ from detectron2.data import transforms as T
 from omegaconf import DictConfig
 
 from ..checkpoint import AlrpCheckpointer, check_weights_classes
+from ..config.lazy_fields import lazy_dataset_names, train_option
 from ..data.dataset_classes import dataset_classes
 from ..data.image_size import ImageSizeError, resize_problem
-from ..engine.lazy_run import lazy_dataset_names, train_option
 from .predictor import check_image
 
 __all__ = ["LazyPredictor"]

@@ -13,7 +13,7 @@ from detectron2.structures import Boxes, ImageList
 from torch import Tensor
 from torch.nn import functional as F
 
-from ..config.checks import require_config
+from ..checks.errors import require_config
 from ..criteria.targets import PositiveTargets
 from .dense_boxes import DenseBoxes
 from .dense_head_inputs import dense_head_inputs

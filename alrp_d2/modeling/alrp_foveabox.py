@@ -10,7 +10,7 @@ from detectron2.modeling import META_ARCH_REGISTRY
 from detectron2.structures import Boxes
 from torch import Tensor
 
-from ..config.checks import built_naming_config_keys, require_argument
+from ..checks.errors import built_naming_config_keys, require_argument
 from .dense_boxes import DenseBoxes, DensePositives
 from .dense_ranking_detector import DenseRankingDetector
 from .foveabox import FoveaBox

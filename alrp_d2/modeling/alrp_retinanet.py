@@ -10,7 +10,7 @@ from detectron2.modeling import META_ARCH_REGISTRY, RetinaNet
 from detectron2.structures import Boxes, Instances
 from torch import Tensor
 
-from ..config.checks import naming_config_keys, require_config
+from ..checks.errors import naming_config_keys, require_config
 from .atss import AtssMatcher
 from .batch_matcher import label_anchors_batched
 from .dense_ranking_detector import DenseRankingDetector

@@ -15,7 +15,7 @@ from detectron2.structures import ImageList, Instances
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from ..config.checks import require_argument
+from ..checks.errors import require_argument
 from ..criteria.targets import RowLabels
 from .head_ranking_loss import HeadLoss, HeadRankingLoss
 from .proposal_boxes import ProposalBoxes

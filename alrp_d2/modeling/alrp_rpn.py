@@ -13,7 +13,7 @@ from detectron2.modeling.proposal_generator import RPN, StandardRPNHead
 from detectron2.structures import Boxes
 from torch import Tensor, nn
 
-from ..config.checks import naming_config_keys
+from ..checks.errors import naming_config_keys
 from ..criteria.config_keys import RPN_KEYS
 from .dense_boxes import DenseBoxes
 from .dense_ranking_detector import dense_ranking_loss

@@ -11,7 +11,7 @@ from detectron2.layers import ShapeSpec
 from detectron2.modeling.anchor_generator import ANCHOR_GENERATOR_REGISTRY, BufferList, DefaultAnchorGenerator
 from torch import Tensor
 
-from ..config.checks import require_config
+from ..checks.errors import require_config
 
 __all__ = ["OctaveAnchorGenerator", "octave_sizes"]
 

@@ -10,7 +10,7 @@ import torch
 from detectron2.structures import Boxes, pairwise_iou
 from torch import Tensor
 
-from ..config.checks import require_argument
+from ..checks.errors import require_argument
 from .padding import pad_per_image, valid_entries
 
 __all__ = ["AtssMatcher"]

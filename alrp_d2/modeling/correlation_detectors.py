@@ -11,7 +11,7 @@ from detectron2.layers import cat
 from detectron2.modeling import META_ARCH_REGISTRY, RetinaNet
 from torch import Tensor
 
-from ..config.checks import require_config
+from ..checks.errors import require_config
 from ..criteria.correlation_term import CorrelationTerm, correlation_terms
 from ..criteria.targets import PositiveTargets
 from ..losses.global_ranking import ranking_group

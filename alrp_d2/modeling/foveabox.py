@@ -18,7 +18,7 @@ from detectron2.utils.events import get_event_storage
 from fvcore.nn import sigmoid_focal_loss_jit, smooth_l1_loss
 from torch import Tensor
 
-from ..config.checks import require_config
+from ..checks.errors import require_config
 from .batch_matcher import label_anchors_batched
 from .dense_head_inputs import dense_head_inputs
 from .official_inference import OfficialOrderInference

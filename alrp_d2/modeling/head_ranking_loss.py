@@ -10,8 +10,8 @@ import torch
 from detectron2.config import CfgNode
 from torch import Tensor, nn
 
-from ..config.checks import naming_config_keys, require_argument
-from ..config.hyperparameter_ranges import loc_weight_problem, weight_problem
+from ..checks.errors import naming_config_keys, require_argument
+from ..checks.hyperparameter_ranges import loc_weight_problem, weight_problem
 from ..criteria.config_keys import HEAD_KEYS, HeadKeys
 from ..criteria.correlation_term import correlation_terms
 from ..criteria.output_check import check_criterion_output

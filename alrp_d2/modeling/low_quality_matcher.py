@@ -9,7 +9,7 @@ import torch
 from detectron2.modeling.matcher import Matcher
 from torch import Tensor
 
-from ..config.checks import require_argument
+from ..checks.errors import require_argument
 
 __all__ = ["LOW_QUALITY_MATCH_GTS", "MinIoULowQualityMatcher"]
 

@@ -14,7 +14,7 @@ from detectron2.modeling.roi_heads import ROI_MASK_HEAD_REGISTRY, MaskRCNNConvUp
 from detectron2.structures import Instances
 from torch import Tensor
 
-from ..config.checks import built_naming_config_keys, require_argument
+from ..checks.errors import built_naming_config_keys, require_argument
 from ..losses.global_ranking import RANKINGS, global_weighted_mean, ranking_group
 
 __all__ = ["RankSortMaskHead", "dice_losses"]

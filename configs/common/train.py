@@ -1,4 +1,4 @@
-# detectron2's training fields (common/train.py) plus the keys of alrp_d2.engine.lazy_run.TRAIN_DEFAULTS.
+# detectron2's training fields (common/train.py) plus the keys of alrp_d2.config.lazy_fields.TRAIN_DEFAULTS.
 from detectron2.model_zoo import get_config
 
 train = get_config("common/train.py").train

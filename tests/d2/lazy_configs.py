@@ -10,7 +10,7 @@ from detectron2.config import LazyConfig
 from detectron2.modeling.backbone import ResNet
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from alrp_d2.engine.lazy_run import lazy_calls
+from alrp_d2.config.lazy_fields import lazy_calls
 
 from .tiny_configs import CONFIG_DIR, load_config
 from .tiny_detr_detectors import DEFORMABLE_DETR_TWO_STAGE, RT_DETR_V2

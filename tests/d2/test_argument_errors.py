@@ -7,7 +7,7 @@ import pytest
 from detectron2.config import CfgNode, configurable
 from detectron2.modeling import build_model
 
-from alrp_d2.config.checks import ArgumentError, built_naming_config_keys, naming_config_keys, require_argument
+from alrp_d2.checks.errors import ArgumentError, built_naming_config_keys, naming_config_keys, require_argument
 from alrp_d2.criteria import AlrpCriterion, RankSortCriterion
 from alrp_d2.modeling import HeadRankingLoss
 

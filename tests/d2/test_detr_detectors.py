@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 from detectron2.config import CfgNode, get_cfg
-from detectron2.structures import Boxes, Instances
 from detectron2.utils.events import EventStorage
 from torch import nn
 
+from alrp_d2.checks.errors import ArgumentError
 from alrp_d2.config import add_alrp_config
 from alrp_d2.detr import SetRankingLoss, set_prediction_criterion
 from alrp_d2.engine.detr_optimizer import GradientClippedAdamW, detr_param_groups
@@ -18,28 +18,11 @@ from alrp_d2.modeling.detr_detections import top_k_detections
 from alrp_d2.modeling.detr_inputs import detr_batch, hf_labels
 from alrp_d2.modeling.huggingface_detr import plain
 
-from .tiny_detr_detectors import DEFORMABLE_DETR_TWO_STAGE, RT_DETR_V2
+from .tiny_detr_detectors import DEFORMABLE_DETR_TWO_STAGE, RT_DETR_V2, two_sizes
 
 pytest.importorskip("transformers", reason="HuggingFaceDETR needs transformers: pip install -e '.[detr]'")
 
 IMAGENET = {"pixel_mean": [123.675, 116.28, 103.53], "pixel_std": [58.395, 57.12, 57.375]}
-
-
-def objects(size, boxes, classes) -> Instances:
-    result = Instances(size)
-    result.gt_boxes = Boxes(torch.tensor(boxes, dtype=torch.float32).reshape(-1, 4))
-    result.gt_classes = torch.tensor(classes, dtype=torch.int64)
-    return result
-
-
-def two_sizes():
-    """A 64 x 96 image with two objects and a 96 x 64 one without."""
-    generator = torch.Generator().manual_seed(0)
-    first = objects((64, 96), [[8, 16, 40, 48], [48, 8, 96, 32]], [0, 2])
-    return [
-        {"image": torch.rand(3, 64, 96, generator=generator) * 255, "instances": first},
-        {"image": torch.rand(3, 96, 64, generator=generator) * 255, "instances": objects((96, 64), [], [])},
-    ]
 
 
 @pytest.mark.parametrize("masked", [False, True])
@@ -108,12 +91,12 @@ def test_weights_from_a_save_pretrained_folder(tmp_path):
     assert other_classes.detr.config.num_labels == 4 and other_classes.loss is None
     backbone = {k: v for k, v in saved.state_dict().items() if ".backbone." in k}
     assert backbone and all(torch.equal(v, other_classes.state_dict()[k]) for k, v in backbone.items())
-    with pytest.raises(ValueError, match="model_type 'deformable_detr' but the pretrained model"):
+    with pytest.raises(ArgumentError, match=r"hf_config.model_type=.deformable_detr.\): the pretrained model"):
         HuggingFaceDETR(hf_config={"model_type": "deformable_detr"}, pretrained=str(tmp_path), num_classes=3)
 
 
 def test_a_config_without_a_supported_model_type_is_named():
-    with pytest.raises(ValueError, match="model_type among .*got 'detr'"):
+    with pytest.raises(ArgumentError, match=r"hf_config.model_type=.detr.\): must be one of"):
         HuggingFaceDETR(hf_config={"model_type": "detr"}, num_classes=3)
 
 

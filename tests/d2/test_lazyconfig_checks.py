@@ -19,6 +19,7 @@ from detectron2.modeling import build_model
 from detectron2.utils.events import EventStorage
 
 from alrp_d2.config import setup_cfg
+from alrp_d2.config.lazy_fields import lazy_calls
 from alrp_d2.criteria import AlrpCriterion, CriterionOutput
 from alrp_d2.criteria.output_check import CriterionOutputError
 from alrp_d2.data.coco_json_check import CocoJsonError
@@ -26,7 +27,7 @@ from alrp_d2.data.dataset_classes import ClassesMismatchError
 from alrp_d2.data.shapes import prepare_shapes_dataset, shapes_paths
 from alrp_d2.engine import find_ranking_losses
 from alrp_d2.engine.lazy_overrides import UnknownConfigKeyError
-from alrp_d2.engine.lazy_run import lazy_calls, load_lazy_config, prepare_lazy_datasets, run_lazy_config
+from alrp_d2.engine.lazy_run import load_lazy_config, prepare_lazy_datasets, run_lazy_config
 
 from .lazy_configs import load_lazy, tiny_lazy
 from .lazy_runs import REPO_ROOT, run_machines

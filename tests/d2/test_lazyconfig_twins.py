@@ -21,10 +21,11 @@ from detectron2.utils.events import EventStorage
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from torch import nn
 
+from alrp_d2.config.lazy_fields import lazy_calls, lazy_dataset_names
 from alrp_d2.data import build_alrp_mapper
 from alrp_d2.data.training_filter import mmdet_training_filter
 from alrp_d2.engine import AlrpTrainer, find_ranking_losses
-from alrp_d2.engine.lazy_run import lazy_calls, lazy_dataset_names, lazy_training_run
+from alrp_d2.engine.lazy_run import lazy_training_run
 from alrp_d2.engine.trainer import RunTrainer
 from alrp_d2.evaluation import COCOLRPEvaluator
 

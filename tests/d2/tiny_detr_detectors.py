@@ -1,11 +1,13 @@
 """Tiny Hugging Face DETRs as :class:`~alrp_d2.modeling.HuggingFaceDETR` arguments (random init, nothing downloaded),
-and the yacs config of the LazyConfig quickstart's model (for ``DefaultPredictor``)."""
+the yacs config of the LazyConfig quickstart's model (for ``DefaultPredictor``), and a batch of two images."""
 
 from __future__ import annotations
 
 from typing import Any, Dict
 
+import torch
 from detectron2.config import CfgNode, LazyConfig, get_cfg
+from detectron2.structures import Boxes, Instances
 
 from alrp_d2.config import add_alrp_config
 from alrp_d2.modeling.huggingface_detr import plain
@@ -49,3 +51,20 @@ def quickstart_yacs_config(weights: str) -> CfgNode:
     cfg.MODEL.WEIGHTS = weights
     cfg.MODEL.DEVICE = "cpu"
     return cfg
+
+
+def objects(size, boxes, classes) -> Instances:
+    result = Instances(size)
+    result.gt_boxes = Boxes(torch.tensor(boxes, dtype=torch.float32).reshape(-1, 4))
+    result.gt_classes = torch.tensor(classes, dtype=torch.int64)
+    return result
+
+
+def two_sizes():
+    """A 64 x 96 image with two objects and a 96 x 64 one without."""
+    generator = torch.Generator().manual_seed(0)
+    first = objects((64, 96), [[8, 16, 40, 48], [48, 8, 96, 32]], [0, 2])
+    return [
+        {"image": torch.rand(3, 64, 96, generator=generator) * 255, "instances": first},
+        {"image": torch.rand(3, 96, 64, generator=generator) * 255, "instances": objects((96, 64), [], [])},
+    ]
