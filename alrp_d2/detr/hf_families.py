@@ -14,10 +14,7 @@ import functools
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from torch import Tensor
-from transformers.loss.loss_deformable_detr import DeformableDetrHungarianMatcher
-from transformers.loss.loss_for_object_detection import HungarianMatcher
-from transformers.loss.loss_lw_detr import LwDetrHungarianMatcher
-from transformers.loss.loss_rt_detr import RTDetrHungarianMatcher, RTDetrLoss
+from transformers.loss.loss_rt_detr import RTDetrLoss
 
 from .box_normaliser import BoxNormalisation
 from .hf_model_losses import (
@@ -32,6 +29,7 @@ from .hf_model_losses import (
     lw_detr_criterion,
     real_time_detr_outputs,
 )
+from .set_matching import MatchingCost, deformable_detr_cost, rt_detr_cost
 
 __all__ = ["LOSS_FAMILIES", "LossCall", "LossFamily", "SetPrediction"]
 
@@ -114,11 +112,11 @@ class LossFamily(NamedTuple):
             (:mod:`.hf_model_losses`).
         model_outputs: the ``outputs`` its loss function hands the criterion.
         auxiliary_prefix: HF's key suffix of the intermediate layers' sets, before their position.
-        matcher: the matcher of a config (called ``matcher(outputs, labels)``).
         classification_key: the key of its classification term (with each set's suffix).
         weights: the weights of its unweighted ``loss_dict`` terms by key without suffix; None: weighted already.
         positional: the names of the arguments after ``outputs_coord`` that the model passes by position.
         ranked_sets: the sets of the own-box-term modes; None: only ``box_terms="model"``.
+        matching_cost: the cost of HF's matcher of a config, with which the own-box-term modes match those sets.
         scores: what is ranked of a set's logits; None: the logits (sigmoid classes).
         box_normalisation: how its own loss normalises its box terms, of a config (``box_normaliser="global"``).
     """
@@ -126,11 +124,11 @@ class LossFamily(NamedTuple):
     model_criterion: Callable[[Any], RecordedClassification]
     model_outputs: Callable[[LossCall], Dict[str, Any]]
     auxiliary_prefix: str
-    matcher: Callable[[Any], Callable[..., Indices]]
     classification_key: str
     weights: Optional[Callable[[Any], Dict[str, float]]] = None
     positional: Tuple[str, ...] = ()
     ranked_sets: Optional[SetsFunction] = None
+    matching_cost: Optional[Callable[[Any], MatchingCost]] = None
     scores: Optional[Callable[[Tensor], Tensor]] = None
     box_normalisation: Callable[[Any], BoxNormalisation] = lambda config: IMAGE_LOSS_BOXES
 
@@ -161,42 +159,29 @@ def _lw_detr_weights(config: Any) -> Dict[str, float]:
     return {**_detr_weights(config), "loss_ce": config.class_loss_coefficient}
 
 
-def _deformable_matcher(config: Any) -> DeformableDetrHungarianMatcher:
-    return DeformableDetrHungarianMatcher(config.class_cost, config.bbox_cost, config.giou_cost)
-
-
-def _lw_detr_matcher(config: Any) -> Callable[..., Indices]:
-    """LW-DETR's matcher of its training groups (``group_detr`` query groups, each matched one-to-one)."""
-    matcher = LwDetrHungarianMatcher(config.class_cost, config.bbox_cost, config.giou_cost)
-    return functools.partial(matcher, group_detr=config.group_detr)
-
-
 RT_DETR = LossFamily(
     RecordedRTDetrLoss,
     functools.partial(real_time_detr_outputs, corners=False),
     "_aux_",
-    RTDetrHungarianMatcher,
     "loss_vfl",
     ranked_sets=ranked_rt_detr_sets,
+    matching_cost=rt_detr_cost,
     box_normalisation=lambda config: RT_DETR_BOXES,
 )
 DEFORMABLE_DETR = LossFamily(
     deformable_detr_criterion,
     detr_outputs,
     "_",
-    _deformable_matcher,
     "loss_ce",
     _detr_weights,
     ranked_sets=ranked_deformable_detr_sets,
+    matching_cost=deformable_detr_cost,
 )
-CONDITIONAL_DETR = LossFamily(
-    deformable_detr_criterion, detr_outputs, "_", _deformable_matcher, "loss_ce", _detr_weights
-)
+CONDITIONAL_DETR = LossFamily(deformable_detr_criterion, detr_outputs, "_", "loss_ce", _detr_weights)
 LW_DETR = LossFamily(
     lw_detr_criterion,
     functools.partial(detr_outputs, encoder=True),
     "_",
-    _lw_detr_matcher,
     "loss_ce",
     _lw_detr_weights,
     positional=("enc_outputs_class", "enc_outputs_coord"),
@@ -207,7 +192,6 @@ SOFTMAX_DETR = LossFamily(
     image_criterion,
     detr_outputs,
     "_",
-    lambda config: HungarianMatcher(config.class_cost, config.bbox_cost, config.giou_cost),
     "loss_ce",
     _detr_weights,
     scores=no_object_log_odds,
@@ -220,7 +204,6 @@ LOSS_FAMILIES: Dict[str, LossFamily] = {
         RecordedDFineLoss,
         functools.partial(real_time_detr_outputs, corners=True),
         "_aux_",
-        RTDetrHungarianMatcher,
         "loss_vfl",
         box_normalisation=lambda config: D_FINE_BOXES,
     ),
@@ -228,7 +211,6 @@ LOSS_FAMILIES: Dict[str, LossFamily] = {
         RecordedDeimv2Loss,
         functools.partial(real_time_detr_outputs, corners=True, split_without_auxiliary=False),
         "_aux_",
-        RTDetrHungarianMatcher,
         "loss_mal",
         box_normalisation=_deimv2_boxes,
     ),

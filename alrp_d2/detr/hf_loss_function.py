@@ -34,6 +34,7 @@ from .box_normaliser import BoxNormalisation, globally_normalised, split_key
 from .hf_families import LOSS_FAMILIES, LossFamily, SetPrediction
 from .hf_model_losses import LossCall, recorded_sets
 from .labels_check import check_labels
+from .set_matching import MatchingCost, match_sets
 from .set_ranking_loss import MatchedSet, SetRankingLoss
 
 __all__ = ["RankingLossFunction", "attach_ranking_loss", "restore_loss", "use_ranking_loss"]
@@ -44,20 +45,22 @@ LossOutput = Tuple[Tensor, Dict[str, Tensor], Optional[List[Dict[str, Tensor]]]]
 
 def rank_sets(
     loss: SetRankingLoss,
-    matcher: Callable[..., Any],
+    cost: Optional[MatchingCost],
     sets: Sequence[SetPrediction],
     labels: Targets,
     scores: Optional[Callable[[Tensor], Tensor]] = None,
 ) -> Dict[str, Tensor]:
-    """The terms of every set, its keys suffixed by the set's: each set matched by ``matcher`` on its logits (the
-    denoising sets by their known targets) and its ``scores`` of them (the logits when None) ranked on its own, all
-    sets in one :meth:`SetRankingLoss.forward_sets` call (one ranking call for the whole step), in the same order on
-    every worker. The one place that ranks a step's sets."""
+    """The terms of every set, its keys suffixed by the set's: the sets without indices matched with ``cost`` on
+    their logits (:func:`~alrp_d2.detr.set_matching.match_sets`: one host copy for all), each set's ``scores`` of its
+    logits (the logits when None) ranked on its own, all sets in one :meth:`SetRankingLoss.forward_sets` call (one
+    ranking call for the whole step), in the same order on every worker. The one place that ranks a step's sets."""
+    unmatched = [(prediction.logits, prediction.boxes) for prediction in sets if prediction.indices is None]
+    if unmatched and cost is None:
+        raise ValueError("rank_sets: sets without indices need a matching cost")
+    matchings = iter(match_sets(cost, unmatched, labels) if cost is not None else [])
     matched = []
     for prediction in sets:
-        indices = prediction.indices
-        if indices is None:
-            indices = matcher({"logits": prediction.logits, "pred_boxes": prediction.boxes}, labels)
+        indices = prediction.indices if prediction.indices is not None else next(matchings)
         ranked = prediction.logits if scores is None else scores(prediction.logits)
         matched.append(MatchedSet(ranked, prediction.boxes, indices))
     terms = loss.forward_sets(matched, labels)
@@ -75,16 +78,16 @@ class RankingLossFunction:
     the same suffixes (and ``loss_corr`` with ``corr_weight``); ``loss`` sums the model's weighted box terms and the
     ranking terms; with ``box_normaliser="global"`` the box terms the model divides by the worker's own targets
     rescaled to the targets of all workers (:mod:`.box_normaliser`). Other modes: every set of
-    :attr:`LossFamily.ranked_sets` is matched by the model's matcher and ranked by :attr:`loss` with its box terms,
-    under the set's suffix; ``loss`` is the sum of all of them (HF's RT-DETR loss drops every key missing from its
-    weight dict: here nothing is dropped).
+    :attr:`LossFamily.ranked_sets` is matched with the cost of the model's matcher (:mod:`.set_matching`) and ranked
+    by :attr:`loss` with its box terms, under the set's suffix; ``loss`` is the sum of all of them (HF's RT-DETR loss
+    drops every key missing from its weight dict: here nothing is dropped).
     """
 
     def __init__(self, loss: SetRankingLoss, family: LossFamily, loss_type: str, config: Any):
         self.loss = loss
         self.family = family
         self.loss_type = loss_type
-        self.matcher = family.matcher(config)
+        self.cost = None if family.matching_cost is None else family.matching_cost(config)
         self.encoder_hook: Optional[torch.utils.hooks.RemovableHandle] = None
 
     def __call__(
@@ -106,7 +109,7 @@ class RankingLossFunction:
             return self.with_ranked_classification(call, device)
         assert self.family.ranked_sets is not None  # attach_ranking_loss refuses the mode otherwise
         predictions = self.family.ranked_sets(call)
-        loss_dict = rank_sets(self.loss, self.matcher, predictions, labels)
+        loss_dict = rank_sets(self.loss, self.cost, predictions, labels)
         return torch.stack(list(loss_dict.values())).sum(), loss_dict, auxiliary_outputs(predictions)
 
     def with_ranked_classification(self, call: LossCall, device: torch.device) -> LossOutput:
@@ -122,7 +125,7 @@ class RankingLossFunction:
             SetPrediction(suffix, recorded.outputs["logits"], recorded.outputs["pred_boxes"], recorded.indices)
             for suffix, recorded in recorded_sets(criterion, loss_outputs, family.auxiliary_prefix)
         ]
-        ranked = rank_sets(self.loss, self.matcher, predictions, call.labels, family.scores)
+        ranked = rank_sets(self.loss, self.cost, predictions, call.labels, family.scores)
         if self.loss.box_normaliser == "global":
             worker_terms = box_normalisation(family, self.loss_type, call.config).worker_terms
             num_targets = sum(len(label["class_labels"]) for label in call.labels)
@@ -156,7 +159,7 @@ class RankingLossFunction:
             assert output.loss is not None and output.loss_dict is not None
             proposals = [{"class_labels": torch.zeros_like(t["class_labels"]), "boxes": t["boxes"]} for t in labels]
             encoder = SetPrediction("_enc", output.enc_outputs_class, output.enc_outputs_coord_logits.sigmoid(), None)
-            terms = rank_sets(self.loss, self.matcher, [encoder], proposals)
+            terms = rank_sets(self.loss, self.cost, [encoder], proposals)
             output.loss = output.loss + torch.stack(list(terms.values())).sum()
             output.loss_dict.update(terms)
             return output
