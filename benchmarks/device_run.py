@@ -71,15 +71,15 @@ EXTRA_BENCHMARKS: Tuple[Tuple[str, str, int, Options, Options], ...] = (
     (
         "DETR losses (`benchmarks/detr_loss_speed.py`)",
         "benchmarks/detr_loss_speed.py",
-        120,
-        (),
-        (("--quick",), ("--scales", "4:300"), ("--repeats", "1"), ("--model-scales", "1:128")),
+        90,
+        (("--models",),),
+        (("--quick",), ("--scales", "4:300"), ("--repeats", "1")),
     ),
     (
         "DETR: the switched model against the stock one, RT-DETR v2 R18 and D-FINE-S "
         "(`benchmarks/detr_switched_cost.py`)",
         "benchmarks/detr_switched_cost.py",
-        120,
+        45,
         (("--scales", "4:640", "16:640"), ("--repeats", "3")),
         (("--scales", "1:128"), ("--repeats", "1")),
     ),
