@@ -39,7 +39,8 @@ Indices = List[Tuple[Tensor, Tensor]]
 
 class SetPrediction(NamedTuple):
     """The predictions ranked together: one decoder layer's matching queries, its denoising queries, or the encoder's
-    proposals. ``indices`` are given for the denoising queries and ``None`` where the Hungarian matcher assigns them."""
+    proposals. ``indices``: the denoising queries' given ones and, with ``box_terms="model"``, those of the model's own
+    matching; ``None`` where the own-box-term modes' matching assigns them (:mod:`.set_matching`)."""
 
     suffix: str  # of the loss keys: "" (the last decoder layer), else the set's
     logits: Tensor  # [B, Q, C]

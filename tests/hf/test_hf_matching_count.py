@@ -10,8 +10,10 @@ from typing import Any, Iterator, List
 
 import pytest
 import scipy.optimize
+import torch
 
 from alrp_d2.detr import set_prediction_criterion, use_ranking_loss
+from alrp_d2.detr.hf_model_losses import RecordedRTDetrLoss, recorded_sets
 
 from .tiny_detrs import OWN_BOX_TERMS_DETRS, TINY_DETRS, fixed_batch, seeded_forward, tiny_detr
 
@@ -59,3 +61,14 @@ def test_the_own_box_term_modes_match_each_set_once(name, box_terms, matchings):
     switched = step_matchings(use_ranking_loss(tiny_detr(name), criterion, box_terms=box_terms), matchings)
     encoder = len(fixed_batch()["labels"]) if name == "deformable_detr_two_stage" else 0  # one matching an image
     assert switched == stock + encoder
+
+
+def test_a_set_the_criterion_did_not_visit_is_named():
+    """A transformers version whose criterion lays out its sets otherwise: the sets recorded and expected named."""
+    model = tiny_detr("rt_detr")
+    criterion = RecordedRTDetrLoss(model.config)
+    loss_outputs = {"logits": torch.zeros(1, 4, 3), "pred_boxes": torch.zeros(1, 4, 4), "auxiliary_outputs": [{}]}
+    with pytest.raises(
+        RuntimeError, match=r"RTDetrLoss computed its 'vfl' term for the sets \[\], .* \['', '_aux_0'\]"
+    ):
+        recorded_sets(criterion, loss_outputs, "_aux_")
