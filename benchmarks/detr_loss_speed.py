@@ -17,7 +17,8 @@ image as fit; positives fixed by the groups, as HF's ``get_cdn_matched_indices``
 (seeded). Logits near the prior-probability initialisation (N(-4.6, 1), the expensive case for a ranking loss: every
 negative is relevant). Every row computes the losses of all 13 layers and their backward pass:
 
-* ``match``: the 7 Hungarian matchings alone;
+* ``match``: the 7 Hungarian matchings alone, by HF's matcher; ``ours match``: the same 7 by the own-box-term modes'
+  matching (``alrp_d2.detr.set_matching.match_sets``: each image's cost against its own targets, one host copy);
 * ``ours RS``: SetRankingLoss(set_prediction_criterion("RankSortCriterion")), box terms value-balanced
   (BRS-DETR's choice), the 13 sets of the step in one ``forward_sets`` call as the DETR adapters rank them;
 * ``ours aLRP``: SetRankingLoss(set_prediction_criterion("AlrpCriterion"), box_terms="own"), in one call too;
@@ -67,6 +68,7 @@ sys.path.insert(0, ROOT)
 from alrp_d2.criteria import RankSortCriterion  # noqa: E402
 from alrp_d2.detr import MatchedSet, SetRankingLoss, set_prediction_criterion  # noqa: E402
 from alrp_d2.detr.matched_queries import matched_queries, pair_box_losses  # noqa: E402
+from alrp_d2.detr.set_matching import match_sets, rt_detr_cost  # noqa: E402
 from benchmarks.detr_switched_cost import SCALES as MODEL_SCALES  # noqa: E402
 from benchmarks.detr_switched_cost import load_previous_package, print_rows  # noqa: E402
 from benchmarks.hf_detr_models import MODELS  # noqa: E402
@@ -331,7 +333,8 @@ def main() -> None:
         step = make_step(batch, queries, args.dn_queries, args.device)
         indices = [matcher({"logits": logits, "pred_boxes": boxes}, step.targets) for logits, boxes in step.matched]
         runs: Dict[str, Callable[[], object]] = {
-            "match": lambda step=step: [matcher({"logits": c, "pred_boxes": b}, step.targets) for c, b in step.matched]
+            "match": lambda step=step: [matcher({"logits": c, "pred_boxes": b}, step.targets) for c, b in step.matched],
+            "ours match": lambda step=step: match_sets(rt_detr_cost(config), step.matched, step.targets),
         }
         for name, step_loss in losses.items():
             runs[name] = step_runner(step, step_loss, None, indices)
