@@ -55,8 +55,6 @@ def rank_sets(
     logits (the logits when None) ranked on its own, all sets in one :meth:`SetRankingLoss.forward_sets` call (one
     ranking call for the whole step), in the same order on every worker. The one place that ranks a step's sets."""
     unmatched = [(prediction.logits, prediction.boxes) for prediction in sets if prediction.indices is None]
-    if unmatched and cost is None:
-        raise ValueError("rank_sets: sets without indices need a matching cost")
     matchings = iter(match_sets(cost, unmatched, labels) if cost is not None else [])
     matched = []
     for prediction in sets:
