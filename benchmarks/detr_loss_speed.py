@@ -8,6 +8,7 @@ included and apart.
     python benchmarks/detr_loss_speed.py --brl-repo /tmp/brl   # or BRL_REPO=/tmp/brl python benchmarks/...
     python benchmarks/detr_loss_speed.py --device cuda ...     # on a GPU
     BENCH_THREADS=2 python benchmarks/detr_loss_speed.py --scales 16:900 --repeats 5 ...
+    python benchmarks/detr_loss_speed.py --previous-repo /tmp/previous   # git archive COMMIT | tar -x -C /tmp/previous
 
 One step (RT-DETR's and DINO's layout): 80 classes, 6 decoder layers and the encoder's top-k proposals (7 layers of
 ``Q`` queries, each matched by HF's ``RTDetrHungarianMatcher``: scipy's Hungarian algorithm) and the 6 decoder layers
@@ -16,7 +17,8 @@ image as fit; positives fixed by the groups, as HF's ``get_cdn_matched_indices``
 (seeded). Logits near the prior-probability initialisation (N(-4.6, 1), the expensive case for a ranking loss: every
 negative is relevant). Every row computes the losses of all 13 layers and their backward pass:
 
-* ``match``: the 7 Hungarian matchings alone;
+* ``match``: the 7 Hungarian matchings alone, by HF's matcher; ``ours match``: the same 7 by the own-box-term modes'
+  matching (``alrp_d2.detr.set_matching.match_sets``: each image's cost against its own targets, one host copy);
 * ``ours RS``: SetRankingLoss(set_prediction_criterion("RankSortCriterion")), box terms value-balanced
   (BRS-DETR's choice), the 13 sets of the step in one ``forward_sets`` call as the DETR adapters rank them;
 * ``ours aLRP``: SetRankingLoss(set_prediction_criterion("AlrpCriterion"), box_terms="own"), in one call too;
@@ -31,13 +33,12 @@ negative is relevant). Every row computes the losses of all 13 layers and their 
   on the step laid out as the model's forward hands it (the denoising queries in front of each decoder layer's, the
   encoder's top-k, ``denoising_meta_values``): its matchings, varifocal and box losses;
 * ``ours RS model``: what ``use_ranking_loss(model, RankSortCriterion(delta=0.5, loc_error_kind="giou"),
-  box_terms="model")`` runs on the same call (``RankingLossFunction``): HF's loss function as it is, then every set
-  matched again and ranked in place of its varifocal term.
+  box_terms="model")`` runs on the same call (``RankingLossFunction``): HF's criterion with each set's varifocal term
+  left out (its matching recorded), every set ranked in its place.
 
 Then the small models of ``benchmarks/hf_detr_models.py`` (``--models``: RT-DETR v2 R18 and D-FINE-S, random init,
-``--model-scale`` images:px, 4:640 by default): the loss of one step on the predictions of one forward pass (the
-same for both rows), the model's own loss function vs ``ours RS model`` (Rank & Sort Loss with the model's own box
-terms), matchings included.
+``--model-scales`` images:px): ``benchmarks/detr_switched_cost.py``'s rows, the switched model's loss function and
+training step against the stock model's (and ``--previous-repo``'s switched model's).
 
 The ``ours RS`` / ``ours aLRP`` rows time ``SetRankingLoss`` with its own box terms (the modes other than
 ``box_terms="model"``, and ``HuggingFaceDETR``'s); ``ours RS model`` the model's own loss with the ranking in place of
@@ -67,6 +68,9 @@ sys.path.insert(0, ROOT)
 from alrp_d2.criteria import RankSortCriterion  # noqa: E402
 from alrp_d2.detr import MatchedSet, SetRankingLoss, set_prediction_criterion  # noqa: E402
 from alrp_d2.detr.matched_queries import matched_queries, pair_box_losses  # noqa: E402
+from alrp_d2.detr.set_matching import match_sets, rt_detr_cost  # noqa: E402
+from benchmarks.detr_switched_cost import SCALES as MODEL_SCALES  # noqa: E402
+from benchmarks.detr_switched_cost import load_previous_package, print_rows  # noqa: E402
 from benchmarks.hf_detr_models import MODELS  # noqa: E402
 from benchmarks.loss_speed import load_average, set_threads, synchronise  # noqa: E402
 from benchmarks.reference_losses import RANKING_LOSSES_FILE, load_reference  # noqa: E402
@@ -180,40 +184,6 @@ def model_loss_runner(step: Step, loss_function: Callable, config) -> Callable:
     return run
 
 
-def model_runner(loss_function: Callable, arguments: Tuple, keywords: Dict) -> Callable:
-    """Forward and backward of a model's ``loss_function`` on its captured call (``hf_detr_models.loss_call``)."""
-    leaves = [value for value in list(arguments) + list(keywords.values()) if isinstance(value, Tensor)]
-
-    def run() -> None:
-        loss_function(*arguments, **keywords)[0].backward()
-        for leaf in leaves:
-            leaf.grad = None
-
-    return run
-
-
-def model_rows(name: str, scale: str, repeats: int, device: str) -> None:
-    """The loss of one training step of the small model ``name`` (``benchmarks/hf_detr_models.py``) on ``scale``
-    (images:px): its own loss function vs Rank & Sort Loss with its own box terms, on the predictions of one forward
-    pass from random init (the same for both), the matchings included."""
-    from alrp_d2.detr import use_ranking_loss
-    from benchmarks.hf_detr_models import loss_call
-
-    images, size = (int(value) for value in scale.split(":"))
-    targets = make_targets(images, torch.Generator().manual_seed(0), device)
-    model, arguments, keywords = loss_call(name, targets, size, device)
-    own = model.loss_function
-    ranking = use_ranking_loss(model, RankSortCriterion(delta=0.5, loc_error_kind="giou"), box_terms="model")
-    runs = {"own": model_runner(own, arguments, keywords)}
-    runs["ours RS model"] = model_runner(ranking.loss_function, arguments, keywords)
-    times = median_times(runs, repeats, device)
-    column = 0 if device == "cuda" else 1
-    ratio = times["ours RS model"][column] / times["own"][column]
-    seconds = " | ".join(f"{value:.3f}" for row in ("own", "ours RS model") for value in times[row])
-    print(f"| {name} | {images} x {size} | {seconds} | {ratio:.2f}x |")
-    sys.stdout.flush()
-
-
 def model_loss_functions(config) -> Dict[str, Callable]:
     """HF's RT-DETR loss function, and ours with Rank & Sort Loss in place of its varifocal term
     (``use_ranking_loss(model, RankSortCriterion(delta=0.5, loc_error_kind="giou"), box_terms="model")``)."""
@@ -325,7 +295,8 @@ def main() -> None:
     parser.add_argument("--dn-queries", type=int, default=200, help="denoising queries (at most)")
     parser.add_argument("--repeats", type=int, default=5, help="timed rounds (median reported)")
     parser.add_argument("--models", nargs="*", default=list(MODELS), choices=list(MODELS), help="small HF models")
-    parser.add_argument("--model-scale", default="4:640", help="images:px of the models' step")
+    parser.add_argument("--model-scales", nargs="+", default=MODEL_SCALES, help="images:px of the models' steps")
+    parser.add_argument("--previous-repo", help="another checkout of this project (git archive COMMIT | tar -x)")
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda needs a CUDA device")
@@ -362,7 +333,8 @@ def main() -> None:
         step = make_step(batch, queries, args.dn_queries, args.device)
         indices = [matcher({"logits": logits, "pred_boxes": boxes}, step.targets) for logits, boxes in step.matched]
         runs: Dict[str, Callable[[], object]] = {
-            "match": lambda step=step: [matcher({"logits": c, "pred_boxes": b}, step.targets) for c, b in step.matched]
+            "match": lambda step=step: [matcher({"logits": c, "pred_boxes": b}, step.targets) for c, b in step.matched],
+            "ours match": lambda step=step: match_sets(rt_detr_cost(config), step.matched, step.targets),
         }
         for name, step_loss in losses.items():
             runs[name] = step_runner(step, step_loss, None, indices)
@@ -386,13 +358,9 @@ def main() -> None:
         print(f"| {batch} | {queries} + {dn} | {summary} | | | |")
         sys.stdout.flush()
     if args.models:
-        print(
-            "\n| model | images x px | own loss: wall (s) | own loss: CPU (s) | ours RS model: wall (s) "
-            "| ours RS model: CPU (s) | ours / own |"
-        )
-        print("|---|---|---|---|---|---|---|")
-    for name in args.models:
-        model_rows(name, args.model_scale, args.repeats, args.device)
+        print()
+        previous = None if args.previous_repo is None else load_previous_package(args.previous_repo)
+        print_rows(args.models, args.model_scales, args.repeats, args.device, previous)
     print(f"load average at the end {load_average()}")
 
 

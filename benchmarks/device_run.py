@@ -15,9 +15,11 @@ call carries it):
    ``--build-ops`` they are built with all cores (``MAX_JOBS``) for the GPU's architecture; if the build fails or
    outlasts its time, the run goes on without them and the report says so.
 4. ``benchmarks/gpu_report.py`` with every section, against the official loops and BRL from ``references/`` in the
-   bundle; then ``benchmarks/op_count.py``, ``benchmarks/segmented_speed.py``, ``benchmarks/detr_loss_speed.py`` and
-   ``benchmarks/train_iter.py``'s RT-DETR v2 R18 and D-FINE-S pairs (4 images of 640 px) where the checkout has them
-   (the DETR ones need the machine's scipy and transformers: the bundle does not carry them).
+   bundle; then ``benchmarks/op_count.py``, ``benchmarks/segmented_speed.py``, ``benchmarks/detr_loss_speed.py``,
+   ``benchmarks/detr_switched_cost.py`` (the switched RT-DETR v2 R18's and D-FINE-S's loss function and step against
+   the stock ones, 4 and 16 images of 640 px) and ``benchmarks/train_iter.py``'s RT-DETR v2 R18 and D-FINE-S pairs
+   (4 images of 640 px) where the checkout has them (the DETR ones need the machine's scipy and transformers: the
+   bundle does not carry them).
 
 Writes ``report.md`` (one markdown report: the machine, the install, then each benchmark's output), ``device_run.log``
 (every command's output) and ``environment.txt`` into ``--out`` (default ``$OUT``, else ``output/device_run``). Each
@@ -69,9 +71,17 @@ EXTRA_BENCHMARKS: Tuple[Tuple[str, str, int, Options, Options], ...] = (
     (
         "DETR losses (`benchmarks/detr_loss_speed.py`)",
         "benchmarks/detr_loss_speed.py",
-        120,
-        (),
-        (("--quick",), ("--scales", "4:300"), ("--repeats", "1"), ("--model-scale", "1:128")),
+        90,
+        (("--models",),),
+        (("--quick",), ("--scales", "4:300"), ("--repeats", "1")),
+    ),
+    (
+        "DETR: the switched model against the stock one, RT-DETR v2 R18 and D-FINE-S "
+        "(`benchmarks/detr_switched_cost.py`)",
+        "benchmarks/detr_switched_cost.py",
+        45,
+        (("--scales", "4:640", "16:640"), ("--repeats", "3")),
+        (("--scales", "1:128"), ("--repeats", "1")),
     ),
     (
         "DETR training iteration, RT-DETR v2 R18 and D-FINE-S (`benchmarks/train_iter.py --pairs`)",

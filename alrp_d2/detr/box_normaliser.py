@@ -39,9 +39,13 @@ class BoxNormalisation(NamedTuple):
     unsupported: str = ""
 
 
+#: The key suffix of HF's denoising sets, before the layer's position (``_dn_{i}``).
+DENOISING_SUFFIX = "_dn_"
+
+
 class RankedSet(Protocol):
     """What :func:`globally_normalised` reads of a set of predictions (:class:`~alrp_d2.detr.hf_families.SetPrediction`:
-    its key suffix, its given (denoising) indices or None where the matcher assigns them)."""
+    its key suffix, :data:`DENOISING_SUFFIX` for a denoising set, and its indices)."""
 
     @property
     def suffix(self) -> str: ...
@@ -80,13 +84,13 @@ def globally_normalised(
     device: torch.device,
 ) -> Dict[str, Tensor]:
     """``terms`` with each of ``worker_terms`` of every set multiplied by ``max(n_w, 1) W / max(N, 1)`` (module
-    docstring): ``n_w`` this worker's ``num_targets``, or for a set with given indices (denoising) its pairs; ``N``
+    docstring): ``n_w`` this worker's ``num_targets``, or for a denoising set its pairs; ``N``
     their sum over the workers. Unchanged without an initialised process group of more than one worker; otherwise
     every worker must call it equally often (one ``all_reduce``)."""
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return terms
-    given = [s.indices for s in sets if s.indices is not None]
-    pairs = sum(len(queries) for queries, _ in given[0]) if given else 0
+    denoising = [s.indices for s in sets if s.suffix.startswith(DENOISING_SUFFIX) and s.indices is not None]
+    pairs = sum(len(queries) for queries, _ in denoising[0]) if denoising else 0
     local = torch.tensor([float(num_targets), float(pairs)], dtype=torch.float64, device=device)
     total = local.clone()
     dist.all_reduce(total)
@@ -94,6 +98,6 @@ def globally_normalised(
     rescaled = {}
     for name, value in terms.items():
         term, owner = split_key(name, sets)
-        factor = factors[int(owner.indices is not None)].to(value.dtype)
+        factor = factors[int(owner.suffix.startswith(DENOISING_SUFFIX))].to(value.dtype)
         rescaled[name] = value * factor if term in worker_terms else value
     return rescaled

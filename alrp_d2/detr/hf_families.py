@@ -1,13 +1,11 @@
 """The families of Hugging Face DETRs (transformers 5.23) as their loss functions see them, keyed as HF keys its loss
-functions, by ``model.loss_type`` (``transformers.loss.loss_utils.LOSS_MAPPING``): the sets of predictions each loss
-computes (each decoder layer, the denoising queries of each layer, the encoder's proposals), with the key suffixes
-HF gives them, the matcher, the classification key and the weights of the terms.
+functions, by ``model.loss_type`` (``transformers.loss.loss_utils.LOSS_MAPPING``): the criterion each loss function
+builds and the outputs it hands it (each decoder layer, the denoising queries of each layer, the encoder's proposals:
+:mod:`.hf_model_losses`), the key suffixes HF gives the sets, the matcher, the classification key and the weights of
+the terms.
 
-Two layouts of sets: :func:`real_time_detr_sets` (RT-DETR v1 / v2, D-FINE, DEIMv2: ``outputs_class`` [B, L, Q, C]
-with the denoising queries first, the encoder's top-k as the last ``_aux`` set) and :func:`detr_sets` (Deformable,
-Conditional, DAB-DETR, LW-DETR, RF-DETR: ``outputs_class`` [L, B, Q, C], intermediate layers suffixed ``_{i}``,
-LW-DETR's and RF-DETR's encoder ``_enc``). The own-box-term modes use the sets of :func:`ranked_rt_detr_sets` and
-:func:`ranked_deformable_detr_sets` (suffixes ``_aux_{i}``, ``_dn_{i}``, ``_enc``).
+The own-box-term modes rank the sets of :func:`ranked_rt_detr_sets` and :func:`ranked_deformable_detr_sets`
+(suffixes ``_aux_{i}``, ``_dn_{i}``, ``_enc``).
 """
 
 from __future__ import annotations
@@ -16,14 +14,24 @@ import functools
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from torch import Tensor
-from transformers.loss.loss_deformable_detr import DeformableDetrHungarianMatcher
-from transformers.loss.loss_for_object_detection import HungarianMatcher
-from transformers.loss.loss_lw_detr import LwDetrHungarianMatcher
-from transformers.loss.loss_rt_detr import RTDetrHungarianMatcher, RTDetrLoss
+from transformers.loss.loss_rt_detr import RTDetrLoss
 
 from .box_normaliser import BoxNormalisation
+from .hf_model_losses import (
+    LossCall,
+    RecordedClassification,
+    RecordedDeimv2Loss,
+    RecordedDFineLoss,
+    RecordedRTDetrLoss,
+    deformable_detr_criterion,
+    detr_outputs,
+    image_criterion,
+    lw_detr_criterion,
+    real_time_detr_outputs,
+)
+from .set_matching import MatchingCost, deformable_detr_cost, rt_detr_cost
 
-__all__ = ["LOSS_FAMILIES", "LossFamily", "SetPrediction"]
+__all__ = ["LOSS_FAMILIES", "LossCall", "LossFamily", "SetPrediction"]
 
 Targets = Sequence[Dict[str, Tensor]]
 Indices = List[Tuple[Tensor, Tensor]]
@@ -31,24 +39,13 @@ Indices = List[Tuple[Tensor, Tensor]]
 
 class SetPrediction(NamedTuple):
     """The predictions ranked together: one decoder layer's matching queries, its denoising queries, or the encoder's
-    proposals. ``indices`` are given for the denoising queries and ``None`` where the Hungarian matcher assigns them."""
+    proposals. ``indices``: the denoising queries' given ones and, with ``box_terms="model"``, those of the model's own
+    matching; ``None`` where the own-box-term modes' matching assigns them (:mod:`.set_matching`)."""
 
     suffix: str  # of the loss keys: "" (the last decoder layer), else the set's
     logits: Tensor  # [B, Q, C]
     boxes: Tensor  # [B, Q, 4], normalised cxcywh
     indices: Optional[Indices]
-
-
-class LossCall(NamedTuple):
-    """What a DETR's forward hands its loss function (``outputs``: the other arguments, by name)."""
-
-    logits: Tensor
-    pred_boxes: Tensor
-    outputs_class: Tensor
-    outputs_coord: Tensor
-    labels: Targets
-    config: Any
-    outputs: Dict[str, Any]
 
 
 #: A loss call -> its sets of predictions.
@@ -94,61 +91,6 @@ def ranked_deformable_detr_sets(call: LossCall) -> List[SetPrediction]:
     ]
 
 
-def real_time_detr_sets(
-    call: LossCall,
-    *,
-    clamp: bool,
-    split_without_auxiliary: bool = True,
-) -> List[SetPrediction]:
-    """The sets of HF's ``RTDetrForObjectDetectionLoss`` (``clamp`` False), ``DFineForObjectDetectionLoss`` and
-    ``Deimv2ForObjectDetectionLoss`` (``clamp`` True: boxes clamped to [0, 1], as many layers as corner
-    distributions; DEIMv2 keeps the denoising queries in the last layer's set without ``config.auxiliary_loss``:
-    ``split_without_auxiliary`` False), with HF's suffixes: the last layer; with ``config.auxiliary_loss`` the other
-    layers ``_aux_{i}``, the encoder's top-k ``_aux_{L - 1}`` and, in training, each layer's denoising queries
-    ``_dn_{i}``."""
-    box = (lambda boxes: boxes.clamp(min=0, max=1)) if clamp else (lambda boxes: boxes)
-    denoising = call.outputs.get("denoising_meta_values")
-    num_dn = 0 if denoising is None else denoising["dn_num_split"][0]
-    last_dn = num_dn if call.config.auxiliary_loss or split_without_auxiliary else 0
-    sets = [SetPrediction("", call.logits[:, last_dn:], box(call.pred_boxes[:, last_dn:]), None)]
-    if not call.config.auxiliary_loss:
-        return sets
-    classes, coords = call.outputs_class.transpose(0, 1), box(call.outputs_coord).transpose(0, 1)
-    # D-FINE's and DEIMv2's sets pair each layer's logits with its corners and reference points: as many as the
-    # shortest of the three (HF zips them).
-    corner_layers = [call.outputs[name].shape[1] for name in ("predicted_corners", "initial_reference_points") if clamp]
-    num_layers = min([len(classes)] + corner_layers)
-    sets += [
-        SetPrediction(f"_aux_{i}", classes[i][:, num_dn:], coords[i][:, num_dn:], None) for i in range(num_layers - 1)
-    ]
-    encoder = SetPrediction(
-        f"_aux_{num_layers - 1}", call.outputs["enc_topk_logits"], box(call.outputs["enc_topk_bboxes"]), None
-    )
-    sets.append(encoder)
-    if denoising is not None:
-        dn_indices = RTDetrLoss.get_cdn_matched_indices(denoising, call.labels)
-        layers = range(num_layers)
-        sets += [SetPrediction(f"_dn_{i}", classes[i][:, :num_dn], coords[i][:, :num_dn], dn_indices) for i in layers]
-    return sets
-
-
-def detr_sets(
-    call: LossCall,
-    *,
-    encoder: bool = False,
-) -> List[SetPrediction]:
-    """The sets of HF's ``DeformableDetrForObjectDetectionLoss`` (Deformable, Conditional, DAB-DETR) and, with
-    ``encoder``, ``LwDetrForObjectDetectionLoss`` (LW-DETR, RF-DETR), with HF's suffixes: the last layer; with
-    ``config.auxiliary_loss`` the other layers ``_{i}``; LW-DETR's encoder proposals ``_enc``."""
-    sets = [SetPrediction("", call.logits, call.pred_boxes, None)]
-    if call.config.auxiliary_loss:
-        layers = zip(call.outputs_class[:-1], call.outputs_coord[:-1])
-        sets += [SetPrediction(f"_{i}", layer_logits, boxes, None) for i, (layer_logits, boxes) in enumerate(layers)]
-    if encoder:
-        sets.append(SetPrediction("_enc", call.outputs["enc_outputs_class"], call.outputs["enc_outputs_coord"], None))
-    return sets
-
-
 #: RT-DETR (v1, v2): L1 and GIoU divided by the worker's targets (its denoising pairs).
 RT_DETR_BOXES = BoxNormalisation(("loss_bbox", "loss_giou"))
 #: D-FINE: also FGL (its ``avg_factor``); DDF is a mean over the worker's queries, left as it is.
@@ -167,22 +109,27 @@ class LossFamily(NamedTuple):
     """What the loss function of one family of HF models computes.
 
     Attributes:
-        model_sets: its sets of predictions, with HF's key suffixes.
-        matcher: the matcher of a config (called ``matcher(outputs, labels)``).
+        model_criterion: the criterion its loss function builds of a config, its classification term recorded
+            (:mod:`.hf_model_losses`).
+        model_outputs: the ``outputs`` its loss function hands the criterion.
+        auxiliary_prefix: HF's key suffix of the intermediate layers' sets, before their position.
         classification_key: the key of its classification term (with each set's suffix).
         weights: the weights of its unweighted ``loss_dict`` terms by key without suffix; None: weighted already.
         positional: the names of the arguments after ``outputs_coord`` that the model passes by position.
         ranked_sets: the sets of the own-box-term modes; None: only ``box_terms="model"``.
+        matching_cost: the cost of HF's matcher of a config, with which the own-box-term modes match those sets.
         scores: what is ranked of a set's logits; None: the logits (sigmoid classes).
         box_normalisation: how its own loss normalises its box terms, of a config (``box_normaliser="global"``).
     """
 
-    model_sets: SetsFunction
-    matcher: Callable[[Any], Callable[..., Indices]]
+    model_criterion: Callable[[Any], RecordedClassification]
+    model_outputs: Callable[[LossCall], Dict[str, Any]]
+    auxiliary_prefix: str
     classification_key: str
     weights: Optional[Callable[[Any], Dict[str, float]]] = None
     positional: Tuple[str, ...] = ()
     ranked_sets: Optional[SetsFunction] = None
+    matching_cost: Optional[Callable[[Any], MatchingCost]] = None
     scores: Optional[Callable[[Tensor], Tensor]] = None
     box_normalisation: Callable[[Any], BoxNormalisation] = lambda config: IMAGE_LOSS_BOXES
 
@@ -213,30 +160,29 @@ def _lw_detr_weights(config: Any) -> Dict[str, float]:
     return {**_detr_weights(config), "loss_ce": config.class_loss_coefficient}
 
 
-def _deformable_matcher(config: Any) -> DeformableDetrHungarianMatcher:
-    return DeformableDetrHungarianMatcher(config.class_cost, config.bbox_cost, config.giou_cost)
-
-
-def _lw_detr_matcher(config: Any) -> Callable[..., Indices]:
-    """LW-DETR's matcher of its training groups (``group_detr`` query groups, each matched one-to-one)."""
-    matcher = LwDetrHungarianMatcher(config.class_cost, config.bbox_cost, config.giou_cost)
-    return functools.partial(matcher, group_detr=config.group_detr)
-
-
 RT_DETR = LossFamily(
-    functools.partial(real_time_detr_sets, clamp=False),
-    RTDetrHungarianMatcher,
+    RecordedRTDetrLoss,
+    functools.partial(real_time_detr_outputs, corners=False),
+    "_aux_",
     "loss_vfl",
     ranked_sets=ranked_rt_detr_sets,
+    matching_cost=rt_detr_cost,
     box_normalisation=lambda config: RT_DETR_BOXES,
 )
 DEFORMABLE_DETR = LossFamily(
-    detr_sets, _deformable_matcher, "loss_ce", _detr_weights, ranked_sets=ranked_deformable_detr_sets
+    deformable_detr_criterion,
+    detr_outputs,
+    "_",
+    "loss_ce",
+    _detr_weights,
+    ranked_sets=ranked_deformable_detr_sets,
+    matching_cost=deformable_detr_cost,
 )
-CONDITIONAL_DETR = LossFamily(detr_sets, _deformable_matcher, "loss_ce", _detr_weights)
+CONDITIONAL_DETR = LossFamily(deformable_detr_criterion, detr_outputs, "_", "loss_ce", _detr_weights)
 LW_DETR = LossFamily(
-    functools.partial(detr_sets, encoder=True),
-    _lw_detr_matcher,
+    lw_detr_criterion,
+    functools.partial(detr_outputs, encoder=True),
+    "_",
     "loss_ce",
     _lw_detr_weights,
     positional=("enc_outputs_class", "enc_outputs_coord"),
@@ -244,8 +190,9 @@ LW_DETR = LossFamily(
 )
 #: DETR, YOLOS, Table Transformer (``loss_type`` "ForObjectDetection"): a softmax with a no-object class.
 SOFTMAX_DETR = LossFamily(
-    detr_sets,
-    lambda config: HungarianMatcher(config.class_cost, config.bbox_cost, config.giou_cost),
+    image_criterion,
+    detr_outputs,
+    "_",
     "loss_ce",
     _detr_weights,
     scores=no_object_log_odds,
@@ -255,14 +202,16 @@ LOSS_FAMILIES: Dict[str, LossFamily] = {
     "RTDetrForObjectDetection": RT_DETR,
     "RTDetrV2ForObjectDetection": RT_DETR,
     "DFineForObjectDetection": LossFamily(
-        functools.partial(real_time_detr_sets, clamp=True),
-        RTDetrHungarianMatcher,
+        RecordedDFineLoss,
+        functools.partial(real_time_detr_outputs, corners=True),
+        "_aux_",
         "loss_vfl",
         box_normalisation=lambda config: D_FINE_BOXES,
     ),
     "Deimv2ForObjectDetection": LossFamily(
-        functools.partial(real_time_detr_sets, clamp=True, split_without_auxiliary=False),
-        RTDetrHungarianMatcher,
+        RecordedDeimv2Loss,
+        functools.partial(real_time_detr_outputs, corners=True, split_without_auxiliary=False),
+        "_aux_",
         "loss_mal",
         box_normalisation=_deimv2_boxes,
     ),

@@ -7,32 +7,34 @@ The seam is the model's public ``loss_function`` (``PreTrainedModel.loss_functio
 else ``LOSS_MAPPING[model.loss_type]``): the model's forward calls it with the logits and boxes of every decoder
 layer and its family's other outputs (:mod:`.hf_families`, keyed by ``model.loss_type`` as HF keys its losses).
 
-With ``box_terms="model"`` the model's own loss function runs as it is and its classification terms are replaced by
-the ranking terms of the same sets: the box terms (L1, GIoU, D-FINE's FGL and DDF, ...) are the model's own, computed
-by the model's own code. HF builds its loss class inside its loss function, so no method of it can be overridden
-without copying the function or patching a module global: the ranked sets are matched again by the same matcher
-(the same indices). In the other modes the sets are ranked with the box terms of :class:`SetRankingLoss`;
-Deformable-DETR's forward gives its loss function no encoder output, so its two-stage encoder-proposal term (which
-HF's own loss omits) is added by a forward hook on the model.
+With ``box_terms="model"`` the criterion the model's own loss function builds runs as it is, but for its
+classification terms: a subclass of HF's loss class records each set's matcher indices in their place
+(:mod:`.hf_model_losses`), and the ranking terms of the same sets, with those indices, replace them. The box terms
+(L1, GIoU, D-FINE's FGL and DDF, ...) are the model's own, computed by the model's own code, and each set is matched
+once, as the stock model matches it. In the other modes the sets are ranked with the box terms of
+:class:`SetRankingLoss`; Deformable-DETR's forward gives its loss function no encoder output, so its two-stage
+encoder-proposal term (which HF's own loss omits) is added by a forward hook on the model.
 
-This module and :mod:`.hf_families` are the package's only ``transformers`` imports (the ``detr`` extra).
+This module, :mod:`.hf_families` and :mod:`.hf_model_losses` are the package's only ``transformers`` imports (the
+``detr`` extra).
 """
 
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, cast
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor, nn
 from transformers import PreTrainedModel
-from transformers.loss.loss_utils import LOSS_MAPPING
 from transformers.models.deformable_detr.modeling_deformable_detr import DeformableDetrObjectDetectionOutput
 
 from ..criteria import RankingCriterion
 from .box_normaliser import BoxNormalisation, globally_normalised, split_key
-from .hf_families import LOSS_FAMILIES, LossCall, LossFamily, SetPrediction
+from .hf_families import LOSS_FAMILIES, LossFamily, SetPrediction
+from .hf_model_losses import LossCall, recorded_sets
 from .labels_check import check_labels
+from .set_matching import MatchingCost, match_sets
 from .set_ranking_loss import MatchedSet, SetRankingLoss
 
 __all__ = ["RankingLossFunction", "attach_ranking_loss", "restore_loss", "use_ranking_loss"]
@@ -43,20 +45,20 @@ LossOutput = Tuple[Tensor, Dict[str, Tensor], Optional[List[Dict[str, Tensor]]]]
 
 def rank_sets(
     loss: SetRankingLoss,
-    matcher: Callable[..., Any],
+    cost: Optional[MatchingCost],
     sets: Sequence[SetPrediction],
     labels: Targets,
     scores: Optional[Callable[[Tensor], Tensor]] = None,
 ) -> Dict[str, Tensor]:
-    """The terms of every set, its keys suffixed by the set's: each set matched by ``matcher`` on its logits (the
-    denoising sets by their known targets) and its ``scores`` of them (the logits when None) ranked on its own, all
-    sets in one :meth:`SetRankingLoss.forward_sets` call (one ranking call for the whole step), in the same order on
-    every worker. The one place that ranks a step's sets."""
+    """The terms of every set, its keys suffixed by the set's: the sets without indices matched with ``cost`` on
+    their logits (:func:`~alrp_d2.detr.set_matching.match_sets`: one host copy for all), each set's ``scores`` of its
+    logits (the logits when None) ranked on its own, all sets in one :meth:`SetRankingLoss.forward_sets` call (one
+    ranking call for the whole step), in the same order on every worker. The one place that ranks a step's sets."""
+    unmatched = [(prediction.logits, prediction.boxes) for prediction in sets if prediction.indices is None]
+    matchings = iter(match_sets(cost, unmatched, labels) if cost is not None else [])
     matched = []
     for prediction in sets:
-        indices = prediction.indices
-        if indices is None:
-            indices = matcher({"logits": prediction.logits, "pred_boxes": prediction.boxes}, labels)
+        indices = prediction.indices if prediction.indices is not None else next(matchings)
         ranked = prediction.logits if scores is None else scores(prediction.logits)
         matched.append(MatchedSet(ranked, prediction.boxes, indices))
     terms = loss.forward_sets(matched, labels)
@@ -74,16 +76,16 @@ class RankingLossFunction:
     the same suffixes (and ``loss_corr`` with ``corr_weight``); ``loss`` sums the model's weighted box terms and the
     ranking terms; with ``box_normaliser="global"`` the box terms the model divides by the worker's own targets
     rescaled to the targets of all workers (:mod:`.box_normaliser`). Other modes: every set of
-    :attr:`LossFamily.ranked_sets` is matched by the model's matcher and ranked by :attr:`loss` with its box terms,
-    under the set's suffix; ``loss`` is the sum of all of them (HF's RT-DETR loss drops every key missing from its
-    weight dict: here nothing is dropped).
+    :attr:`LossFamily.ranked_sets` is matched with the cost of the model's matcher (:mod:`.set_matching`) and ranked
+    by :attr:`loss` with its box terms, under the set's suffix; ``loss`` is the sum of all of them (HF's RT-DETR loss
+    drops every key missing from its weight dict: here nothing is dropped).
     """
 
     def __init__(self, loss: SetRankingLoss, family: LossFamily, loss_type: str, config: Any):
         self.loss = loss
         self.family = family
         self.loss_type = loss_type
-        self.matcher = family.matcher(config)
+        self.cost = None if family.matching_cost is None else family.matching_cost(config)
         self.encoder_hook: Optional[torch.utils.hooks.RemovableHandle] = None
 
     def __call__(
@@ -102,43 +104,38 @@ class RankingLossFunction:
         outputs = {**dict(zip(self.family.positional, positional)), **outputs}
         call = LossCall(logits, pred_boxes, outputs_class, outputs_coord, labels, config, outputs)
         if self.loss.box_terms == "model":
-            model_loss = cast(Callable[..., LossOutput], LOSS_MAPPING[self.loss_type])
-            own_loss = model_loss(logits, labels, device, pred_boxes, config, outputs_class, outputs_coord, **outputs)
-            return self.with_ranked_classification(own_loss, self.family.model_sets(call), labels, config)
+            return self.with_ranked_classification(call, device)
         assert self.family.ranked_sets is not None  # attach_ranking_loss refuses the mode otherwise
         predictions = self.family.ranked_sets(call)
-        loss_dict = rank_sets(self.loss, self.matcher, predictions, labels)
+        loss_dict = rank_sets(self.loss, self.cost, predictions, labels)
         return torch.stack(list(loss_dict.values())).sum(), loss_dict, auxiliary_outputs(predictions)
 
-    def with_ranked_classification(
-        self, own_loss: LossOutput, predictions: List[SetPrediction], labels: Targets, config: Any
-    ) -> LossOutput:
-        """The model's ``own_loss`` with its classification terms replaced by the ranking terms of ``predictions``."""
-        _, own_dict, auxiliary = own_loss
-        key = self.family.classification_key
-        classification = {name[len(key) :] for name in own_dict if name == key or name.startswith(key + "_")}
-        if classification != {prediction.suffix for prediction in predictions}:
-            raise RuntimeError(
-                f"{self.loss_type}'s loss computes {key} for the sets {sorted(classification)}, the ranking loss "
-                f"expected {sorted(p.suffix for p in predictions)}: this transformers version lays out its loss "
-                "otherwise (alrp_d2.detr.hf_families)"
-            )
-        ranked = rank_sets(self.loss, self.matcher, predictions, labels, self.family.scores)
-        replaced = {key + suffix for suffix in classification}
-        box_dict = {name: value for name, value in own_dict.items() if name not in replaced}
+    def with_ranked_classification(self, call: LossCall, device: torch.device) -> LossOutput:
+        """The model's own loss with its classification terms replaced by the ranking terms of the same sets: the
+        criterion HF's loss function builds runs its ``forward`` (every matching, once per set, and the box terms)
+        with each set's classification term recorded in place (:mod:`.hf_model_losses`); the recorded sets are then
+        ranked with the indices HF's matcher gave them, all in one call."""
+        family = self.family
+        criterion = family.model_criterion(call.config).to(device)
+        loss_outputs = family.model_outputs(call)
+        box_dict = criterion(loss_outputs, call.labels)
+        predictions = [
+            SetPrediction(suffix, recorded.outputs["logits"], recorded.outputs["pred_boxes"], recorded.indices)
+            for suffix, recorded in recorded_sets(criterion, loss_outputs, family.auxiliary_prefix)
+        ]
+        ranked = rank_sets(self.loss, self.cost, predictions, call.labels, family.scores)
         if self.loss.box_normaliser == "global":
-            worker_terms = box_normalisation(self.family, self.loss_type, config).worker_terms
-            num_targets = sum(len(label["class_labels"]) for label in labels)
-            device = predictions[0].logits.device
-            box_dict = globally_normalised(box_dict, predictions, num_targets, worker_terms, device)
-        weights = None if self.family.weights is None else self.family.weights(config)
+            worker_terms = box_normalisation(family, self.loss_type, call.config).worker_terms
+            num_targets = sum(len(label["class_labels"]) for label in call.labels)
+            box_dict = globally_normalised(box_dict, predictions, num_targets, worker_terms, call.logits.device)
+        weights = None if family.weights is None else family.weights(call.config)
         box_terms = [
             value * (1.0 if weights is None else weights[_unsuffixed(name, predictions)])
             for name, value in box_dict.items()
             if weights is None or _unsuffixed(name, predictions) in weights
         ]
         loss = torch.stack(box_terms + list(ranked.values())).sum()
-        return loss, {**box_dict, **ranked}, auxiliary
+        return loss, {**box_dict, **ranked}, loss_outputs.get("auxiliary_outputs")
 
     def encoder_proposal_hook(self, labels_position: int) -> Callable[..., Any]:
         """The forward hook of a two-stage Deformable-DETR that adds the ranking loss of the encoder's proposals
@@ -160,7 +157,7 @@ class RankingLossFunction:
             assert output.loss is not None and output.loss_dict is not None
             proposals = [{"class_labels": torch.zeros_like(t["class_labels"]), "boxes": t["boxes"]} for t in labels]
             encoder = SetPrediction("_enc", output.enc_outputs_class, output.enc_outputs_coord_logits.sigmoid(), None)
-            terms = rank_sets(self.loss, self.matcher, [encoder], proposals)
+            terms = rank_sets(self.loss, self.cost, [encoder], proposals)
             output.loss = output.loss + torch.stack(list(terms.values())).sum()
             output.loss_dict.update(terms)
             return output
