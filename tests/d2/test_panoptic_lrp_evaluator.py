@@ -11,12 +11,15 @@ import uuid
 import numpy as np
 import pytest
 import torch
+from detectron2.config import LazyCall as L
 from detectron2.config import get_cfg
 from detectron2.data import DatasetCatalog, MetadataCatalog
 from detectron2.evaluation import DatasetEvaluators, SemSegEvaluator
+from omegaconf import OmegaConf
 
 from alrp_d2.config import add_alrp_config
 from alrp_d2.engine import AlrpTrainer
+from alrp_d2.engine.lazy_run import build_lazy_evaluator
 from alrp_d2.evaluation import COCOLRPEvaluator, COCOPanopticLRPEvaluator
 from alrp_d2.lrp.panoptic_files import read_ids
 
@@ -125,3 +128,19 @@ def test_trainer_adds_semantic_and_instance_evaluators_to_a_separated_dataset(da
             AlrpTrainer.build_evaluator(trainer_config(tmp_path, max_images=2), dataset_name)
     finally:
         DatasetCatalog.remove(dataset_name)
+
+
+def test_lazy_config_list_of_evaluators(dataset_name, tmp_path):
+    """A LazyConfig's ``dataloader.evaluator`` as a list (detectron2's panoptic data configs) with
+    COCOPanopticLRPEvaluator in place of COCOPanopticEvaluator: the list in ``DatasetEvaluators``, equal to the
+    official code."""
+    cfg = OmegaConf.create({"dataloader": {"test": {"dataset": {"names": dataset_name}}}, "train": {}})
+    cfg.dataloader.evaluator = [
+        L(COCOPanopticLRPEvaluator)(dataset_name="${...test.dataset.names}", output_dir=str(tmp_path))
+    ]
+    evaluator = build_lazy_evaluator(cfg, torch.nn.Linear(1, 1), {dataset_name: dataset_name})
+    assert isinstance(evaluator, DatasetEvaluators)
+    assert [type(e) for e in evaluator._evaluators] == [COCOPanopticLRPEvaluator]
+    evaluator.reset()
+    evaluator.process(*model_outputs(with_segments_info=False))
+    assert_means_equal_official(evaluator.evaluate()["panoptic_seg"], official())
