@@ -25,10 +25,10 @@ from detectron2.config import LazyCall as L
 from detectron2.config import LazyConfig, instantiate
 from detectron2.data import build_detection_train_loader, get_detection_dataset_dicts
 from detectron2.engine import create_ddp_model, default_setup
-from detectron2.evaluation import inference_on_dataset, print_csv_format
+from detectron2.evaluation import DatasetEvaluators, inference_on_dataset, print_csv_format
 from detectron2.utils import comm
 from detectron2.utils.registry import locate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
@@ -182,15 +182,24 @@ def build_lazy_train_loader(cfg: DictConfig) -> Tuple[Any, int]:
 
 def build_lazy_evaluator(cfg: DictConfig, model: nn.Module, evaluated: Dict[str, str]) -> Any:
     """``dataloader.evaluator`` of the datasets the test loader reads (``evaluated``: each test dataset's name ->
-    the name of the dataset of its evaluated images, :func:`evaluated_datasets`); a :class:`COCOLRPEvaluator`
-    records the evaluated model (its class and :func:`weights_fingerprint`) in its threshold files, as the YAML
-    path's."""
-    evaluator = copy.deepcopy(cfg.dataloader.evaluator)
+    the name of the dataset of its evaluated images, :func:`evaluated_datasets`); a list of evaluators (detectron2's
+    panoptic LazyConfigs: COCO, semantic and panoptic) is each of them in ``DatasetEvaluators``. A
+    :class:`COCOLRPEvaluator` records the evaluated model (its class and :func:`weights_fingerprint`) in its
+    threshold files, as the YAML path's."""
+    node = cfg.dataloader.evaluator
+    if not isinstance(node, ListConfig):
+        return _lazy_evaluator(node, model, evaluated, eval_max_images(cfg))
+    return DatasetEvaluators([_lazy_evaluator(one, model, evaluated, eval_max_images(cfg)) for one in node])
+
+
+def _lazy_evaluator(node: DictConfig, model: nn.Module, evaluated: Dict[str, str], max_images: Any) -> Any:
+    """One evaluator of ``dataloader.evaluator`` (:func:`build_lazy_evaluator`) on the ``evaluated`` datasets."""
+    evaluator = copy.deepcopy(node)
     if any(name != subset for name, subset in evaluated.items()):
         names = evaluator.get("dataset_name")
         if not (isinstance(names, str) and names in evaluated):
             raise ValueError(
-                f"{EVAL_MAX_IMAGES_KEY}={eval_max_images(cfg)} evaluates a subset of dataloader.test's datasets "
+                f"{EVAL_MAX_IMAGES_KEY}={max_images} evaluates a subset of dataloader.test's datasets "
                 f"{list(evaluated)}, but dataloader.evaluator has no dataset_name among them (got {names!r}): set "
                 f'dataloader.evaluator.dataset_name="${{..test.dataset.names}}" or {EVAL_MAX_IMAGES_KEY}=0'
             )

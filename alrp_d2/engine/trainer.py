@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 import numpy as np
 import torch
 from detectron2.config import CfgNode
-from detectron2.data import MetadataCatalog, build_detection_test_loader, build_detection_train_loader
+from detectron2.data import build_detection_test_loader, build_detection_train_loader
 from detectron2.engine import AMPTrainer, DefaultTrainer, SimpleTrainer, TrainerBase, create_ddp_model, hooks
 from detectron2.utils import comm
 from detectron2.utils.events import EventWriter
@@ -37,9 +37,9 @@ from ..data.image_errors import ImageErrorGuard
 from ..data.samplers import ResumableBatchSampler, build_resumable_train_loader, derived_seed
 from ..data.training_filter import training_dataset_dicts
 from ..data.worker_lifetime import workers_die_with_parent
-from ..evaluation import COCOLRPEvaluator, LVISLRPEvaluator
 from .buffer_sync import broadcast_buffers_from_main
 from .collapse_check import CollapseCheckHook, ObjectCountingLoader
+from .dataset_evaluators import lrp_evaluator
 from .loss_record import LossRecordHook
 from .self_balance import SelfBalanceHook, find_ranking_losses, self_balance_period
 from .writers import alrp_writers
@@ -332,16 +332,9 @@ class AlrpTrainer(RunTrainer):
         output_folder: Optional[str] = None,
         model_record: Optional[Dict[str, str]] = None,
     ):
-        """The LRP evaluator of the images the test loader reads: the first TEST.MAX_IMAGES of the dataset (keypoints'
-        OKS with TEST.KEYPOINT_OKS_SIGMAS, COCO's person sigmas when empty); an LVIS dataset's (``evaluator_type``
-        "lvis") is :class:`LVISLRPEvaluator`, which evaluates whole datasets only."""
+        """The LRP evaluator of the images the test loader reads, the first TEST.MAX_IMAGES of the dataset, by its
+        ``evaluator_type`` (:func:`lrp_evaluator`: LVIS, COCO panoptic, COCO; keypoints' OKS with
+        TEST.KEYPOINT_OKS_SIGMAS, COCO's person sigmas when empty). LVIS and panoptic evaluate whole datasets only."""
         output_dir = output_folder or f"{cfg.OUTPUT_DIR}/inference"
         evaluated = first_images_dataset(dataset_name, cfg.TEST.MAX_IMAGES, "TEST.MAX_IMAGES", log=False)
-        if MetadataCatalog.get(dataset_name).get("evaluator_type", None) == "lvis":
-            return LVISLRPEvaluator(evaluated, output_dir=output_dir)
-        return COCOLRPEvaluator(
-            evaluated,
-            output_dir=output_dir,
-            kpt_oks_sigmas=tuple(cfg.TEST.KEYPOINT_OKS_SIGMAS),
-            model_record=model_record,
-        )
+        return lrp_evaluator(evaluated, output_dir, cfg.TEST.KEYPOINT_OKS_SIGMAS, model_record)

@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import detectron2.utils.comm as comm
 import numpy as np
+from detectron2.data import MetadataCatalog
 from detectron2.evaluation import COCOPanopticEvaluator
 from detectron2.utils.file_io import PathManager
 from tabulate import tabulate
@@ -28,7 +29,19 @@ GROUPS = {"All": "", "Things": "_th", "Stuff": "_st"}
 class COCOPanopticLRPEvaluator(COCOPanopticEvaluator):
     """:class:`~detectron2.evaluation.COCOPanopticEvaluator` reporting ``LRP``, ``LRP_loc``, ``LRP_FP``, ``LRP_FN``
     (x100, lower is better) of all classes, things (``_th``) and stuff (``_st``) beside its PQ, SQ and RQ. It needs
-    no panopticapi. Contains a synchronize call and has to be called from all workers, as its parent."""
+    no panopticapi. Contains a synchronize call and has to be called from all workers, as its parent. It evaluates
+    every image of the dataset's ``panoptic_json``: a dataset of its first images (TEST.MAX_IMAGES,
+    ``train.eval_max_images``) is refused."""
+
+    def __init__(self, dataset_name: str, output_dir: Optional[str] = None):
+        subset_of = MetadataCatalog.get(dataset_name).get("evaluated_subset_of", None)
+        if subset_of is not None:
+            raise ValueError(
+                f"{dataset_name} holds the first images of {subset_of['dataset']}, but panoptic evaluation reads "
+                "every image of its panoptic_json: set TEST.MAX_IMAGES / train.eval_max_images to 0 for a panoptic "
+                "dataset"
+            )
+        super().__init__(dataset_name, output_dir)
 
     def _ids_and_segments(self, panoptic_img: np.ndarray, segments_info: Optional[List[Dict[str, Any]]]):
         """The segment ids (0: VOID) and segments_info of a model's ``panoptic_seg``; without segments_info the image
