@@ -46,7 +46,9 @@ def _boxes(rng: np.random.Generator, count: int) -> np.ndarray:
     return np.concatenate([rng.uniform(0, 1, size=(count, 2)) * ([WIDTH, HEIGHT] - sides), sides], axis=1)
 
 
-def synthetic_case(seed: int = 0, images: int = IMAGES) -> Tuple[Dict[str, Any], List[Dict[str, Any]]]:
+def synthetic_case(
+    seed: int = 0, images: int = IMAGES, detections_per_image: int = DETECTIONS
+) -> Tuple[Dict[str, Any], List[Dict[str, Any]]]:
     """The COCO ground truth and the results list of the case (see the module)."""
     rng = np.random.default_rng(seed)
     objects = round(images * OBJECTS_PER_IMAGE)
@@ -64,14 +66,14 @@ def synthetic_case(seed: int = 0, images: int = IMAGES) -> Tuple[Dict[str, Any],
     source = source[np.argsort(rng.random(len(source)))]
     source = source[np.argsort(gt_image[source], kind="stable")]
     rank = np.arange(len(source)) - np.searchsorted(gt_image[source], gt_image[source])
-    source = source[rank < DETECTIONS]
+    source = source[rank < detections_per_image]
     scale = rng.uniform(0.02, 0.35, size=(len(source), 1))
     near = gt_box[source] * np.exp(rng.normal(0, 1, (len(source), 4)) * scale * [0, 0, 1, 1])
     near[:, :2] += rng.normal(0, 1, (len(source), 2)) * scale * gt_box[source, 2:]
     near_class = np.where(rng.random(len(source)) < 0.8, gt_class[source], rng.integers(1, CLASSES + 1, len(source)))
     near_score = np.clip(0.95 - 1.5 * scale[:, 0] + rng.normal(0, 0.2, len(source)), 0.001, 1.0)
     per_image = np.bincount(gt_image[source], minlength=images + 1)[1:]
-    random_image = np.repeat(np.arange(1, images + 1), DETECTIONS - per_image)
+    random_image = np.repeat(np.arange(1, images + 1), detections_per_image - per_image)
     image = np.concatenate([gt_image[source], random_image])
     box = np.concatenate([near, _boxes(rng, len(random_image))])
     label = np.concatenate([near_class, rng.integers(1, CLASSES + 1, len(random_image))])

@@ -67,6 +67,33 @@ DET = {"image_id": 1, "category_id": 1, "bbox": [0, 0, 5, 4], "score": 0.5}
         (GT, [{**DET, "score": float("nan")}], "bbox", r"dt.json: entry 0: 'score' must be a finite number"),
         (GT, [{**DET, "bbox": [0, 0, -1, 2]}], "bbox", "negative width"),
         (GT, [DET], "segm", "has no 'segmentation'"),
+        (
+            {**GT, "annotations": [{**GT["annotations"][0], "bbox": [0, 0, 5]}]},
+            [DET],
+            "bbox",
+            r"gt.json: annotations\[0\] \(id 5\): 'bbox' must be 4 finite numbers",
+        ),
+        (
+            {**GT, "annotations": [GT["annotations"][0], {**GT["annotations"][0], "bbox": [1, 1, 2, 2]}]},
+            [DET],
+            "bbox",
+            r"gt.json: annotations\[1\] repeats the id 5",
+        ),
+        (
+            {**GT, "annotations": [{**GT["annotations"][0], "segmentation": [[0, 0, 5]]}]},
+            [DET],
+            "segm",
+            r"annotations\[0\] \(id 5\): 'segmentation' polygons must be lists of x, y pairs",
+        ),
+        (GT, [DET, {**DET, "score": "0.5"}], "bbox", r"dt.json: entry 1: 'score' must be a finite number, got '0.5'"),
+        (GT, [{**DET, "bbox": [0, "0", 5, 4]}], "bbox", r"dt.json: entry 0: 'bbox' must be 4 finite numbers"),
+        (GT, [{**DET, "category_id": 2}], "bbox", r"dt.json: entry 0: category_id 2 is not a category"),
+        (
+            {**GT, "annotations": [{**GT["annotations"][0], "segmentation": [[0, 0, 5, 0, 5, 5]]}]},
+            [{**DET, "segmentation": {"size": [10, 20], "counts": "abc"}}],
+            "segm",
+            r"dt.json: entry 0: the RLE's size \[10, 20\] is not its image's \[height, width\] \[20, 20\]",
+        ),
     ],
 )
 def test_bad_files_are_refused_naming_file_and_entry(tmp_path, capsys, gt, detections, iou_type, message):
@@ -84,3 +111,15 @@ def test_missing_file_and_no_detection(tmp_path, capsys):
     assert main([gt_file, write(tmp_path, "dt.json", []), "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed["oLRP"] == 100.0 and printed["oLRP_FN"] == 100.0 and printed["oLRP_loc"] is None
+
+
+def test_a_bad_entry_far_down_a_large_file_is_named(tmp_path, capsys):
+    """The checks go through every entry (the image sizes and the category set built once for all of them)."""
+    images = [{"id": i, "width": 20, "height": 20} for i in range(1, 2001)]
+    detections = [{**DET, "image_id": 1 + i % 2000} for i in range(20000)]
+    detections[19999] = {**DET, "image_id": 2001}
+    gt_file = write(tmp_path, "gt.json", {**GT, "images": images})
+    assert main([gt_file, write(tmp_path, "dt.json", detections)]) == 2
+    assert "dt.json: entry 19999: image_id 2001 is not an image of the ground truth" in capsys.readouterr().err
+    assert main([gt_file, write(tmp_path, "dt.json", detections[:-1]), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["num_gt_per_class"] == [1]

@@ -10,7 +10,7 @@ import math
 import sys
 from typing import Any, Dict, List, Optional, Sequence
 
-from .coco_api import evaluate_coco
+from .coco_api import evaluate_results
 from .coco_files import CocoFileError, load_coco_pair
 from .results import LRP_METRICS, PER_CLASS_KEYS
 
@@ -54,11 +54,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     args = parser.parse_args(argv)
     try:
-        coco_gt, coco_dt = load_coco_pair(args.ground_truth, args.detections, args.iou_type)
+        coco_gt, detections = load_coco_pair(args.ground_truth, args.detections, args.iou_type)
     except CocoFileError as error:
         print(f"python -m alrp_d2.lrp: {error}", file=sys.stderr)
         return 2
-    results = evaluate_coco(coco_gt, coco_dt, args.iou_type)
+    results = evaluate_results(coco_gt, detections, args.iou_type)
     if args.json:
         print(json.dumps({key: _without_nan(value) for key, value in results.items()}))
     else:

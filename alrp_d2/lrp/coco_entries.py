@@ -1,0 +1,124 @@
+"""What is wrong with one COCO entry, a ground-truth annotation or a detection, for the files' checks
+(:mod:`.coco_files`) and :func:`~alrp_d2.lrp.evaluate_coco` alike: each check returns the problem in words ("" when
+there is none), naming the key. The checks that depend on the IoU type (the region: box or mask) are looked up in
+:data:`GROUND_TRUTH_REGION` and :data:`DETECTION_REGION`; every check is O(1) given the image sizes and the category
+set, so checking N entries is O(N)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Collection, Dict, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+ImageSizes = Mapping[Any, Tuple[int, int]]
+RegionCheck = Callable[[Mapping[str, Any], Tuple[int, int]], str]
+
+
+def is_int(value: Any) -> bool:
+    """An integer (Python's or numpy's), not a bool."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def is_number(value: Any) -> bool:
+    """A finite real number (Python's or numpy's), not a bool nor a string."""
+    if type(value) is float:  # JSON's numbers first: the checks of a file run once per coordinate
+        return value - value == 0.0  # False for NaN and infinities
+    if type(value) is int:
+        return True
+    numeric = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+    return numeric and math.isfinite(value)
+
+
+def box_problem(bbox: Any) -> str:
+    """A COCO box: 4 finite numbers ``[x, y, width, height]``, width and height >= 0."""
+    if not isinstance(bbox, (list, tuple, np.ndarray)) or len(bbox) != 4:
+        return f"'bbox' must be 4 finite numbers [x, y, width, height], got {bbox!r:.200}"
+    x, y, width, height = bbox
+    if not (is_number(x) and is_number(y) and is_number(width) and is_number(height)):
+        return f"'bbox' must be 4 finite numbers [x, y, width, height], got {bbox!r:.200}"
+    return "" if width >= 0 and height >= 0 else f"'bbox' has a negative width or height: {list(bbox)}"
+
+
+def rle_problem(segmentation: Any, size: Tuple[int, int]) -> str:
+    """A COCO RLE ``{'size': [height, width], 'counts': ...}`` of the image's size."""
+    if not isinstance(segmentation, dict) or not isinstance(segmentation.get("counts"), (str, bytes, list)):
+        return f"'segmentation' must be an RLE {{'size': [h, w], 'counts': ...}}, got {segmentation!r:.200}"
+    if list(segmentation.get("size", ())) != list(size):
+        return f"the RLE's size {segmentation.get('size')} is not its image's [height, width] {list(size)}"
+    return ""
+
+
+def _polygons_problem(segmentation: Any) -> str:
+    if not all(isinstance(p, list) and len(p) >= 6 and len(p) % 2 == 0 for p in segmentation):
+        return "'segmentation' polygons must be lists of x, y pairs (at least 3 points)"
+    return "" if all(is_number(v) for p in segmentation for v in p) else "'segmentation' polygons hold a non-number"
+
+
+def _ground_truth_mask_problem(ann: Mapping[str, Any], size: Tuple[int, int]) -> str:
+    segmentation = ann.get("segmentation")
+    if isinstance(segmentation, list) and segmentation:
+        problem = _polygons_problem(segmentation)
+    elif isinstance(segmentation, dict):
+        problem = rle_problem(segmentation, size)
+    else:
+        problem = "has no 'segmentation' (polygons or RLE), which iou_type 'segm' needs"
+    return problem or box_problem(ann.get("bbox"))
+
+
+#: The region a ground truth needs for each IoU type (its box is needed by every type: COCO files have it).
+GROUND_TRUTH_REGION: Dict[str, RegionCheck] = {
+    "bbox": lambda ann, size: box_problem(ann.get("bbox")),
+    "segm": _ground_truth_mask_problem,
+}
+#: The region a detection needs for each IoU type.
+DETECTION_REGION: Dict[str, RegionCheck] = {
+    "bbox": lambda det, size: box_problem(det.get("bbox")),
+    "segm": lambda det, size: rle_problem(det.get("segmentation"), size),
+}
+
+
+def _image_and_category_problem(entry: Mapping[str, Any], sizes: ImageSizes, categories: Collection[Any]) -> str:
+    if entry.get("image_id") not in sizes:
+        return f"image_id {entry.get('image_id')!r} is not an image of the ground truth"
+    if entry.get("category_id") not in categories:
+        return f"category_id {entry.get('category_id')!r} is not a category of the ground truth"
+    return ""
+
+
+def ground_truth_problem(ann: Any, sizes: ImageSizes, categories: Collection[Any], iou_type: str) -> str:
+    """What is wrong with the ground-truth annotation ``ann`` (image and category known, ``iscrowd`` 0 or 1, ``area``,
+    the region of ``iou_type``)."""
+    if not isinstance(ann, dict):
+        return f"must be an object, got {ann!r:.200}"
+    problem = _image_and_category_problem(ann, sizes, categories)
+    if problem:
+        return problem
+    if ann.get("iscrowd") not in (0, 1) or isinstance(ann.get("iscrowd"), (bool, np.bool_)):
+        return f"'iscrowd' must be 0 or 1, got {ann.get('iscrowd')!r}"
+    if not is_number(ann.get("area")) or ann["area"] < 0:
+        return f"'area' must be a finite number >= 0, got {ann.get('area')!r}"
+    return GROUND_TRUTH_REGION[iou_type](ann, sizes[ann["image_id"]])
+
+
+def detection_problem(det: Any, sizes: ImageSizes, categories: Collection[Any], iou_type: str) -> str:
+    """What is wrong with the detection ``det`` (image and category known, a finite ``score``, the region of
+    ``iou_type``)."""
+    if not isinstance(det, dict):
+        return f"must be an object, got {det!r:.200}"
+    problem = _image_and_category_problem(det, sizes, categories)
+    if problem:
+        return problem
+    if not is_number(det.get("score")):
+        return f"'score' must be a finite number, got {det.get('score')!r}"
+    return DETECTION_REGION[iou_type](det, sizes[det["image_id"]])
+
+
+def first_repeat(ids: Sequence[Any]) -> Optional[int]:
+    """The index of the first entry whose id an earlier entry has, None when the ids are distinct (O(N))."""
+    seen = set()
+    for index, value in enumerate(ids):
+        if value in seen:
+            return index
+        seen.add(value)
+    return None
