@@ -171,8 +171,8 @@ def _file_worker(method: str, gt_path: str, dt_path: str) -> None:
 
 
 def _timed_process(command: List[str], env: Dict[str, str], output: Path) -> Dict[str, Any]:
-    """Wall-clock seconds (start to exit, the interpreter's start included), the peak resident memory (``wait4``'s
-    ``ru_maxrss``) and the last line of its output (JSON) of one process."""
+    """Wall-clock seconds (start to exit, the interpreter's start included), CPU seconds (user + system, all threads),
+    the peak resident memory (``wait4``'s ``ru_maxrss``) and the last line of its output (JSON) of one process."""
     load = os.getloadavg()[0]
     with open(output, "w") as stdout:
         start = time.perf_counter()
@@ -182,7 +182,8 @@ def _timed_process(command: List[str], env: Dict[str, str], output: Path) -> Dic
     if os.waitstatus_to_exitcode(status) != 0:
         sys.exit(f"lrp_speed: {' '.join(command)} failed:\n{process.stderr.read().decode()[-3000:]}")  # type: ignore[union-attr]
     values = json.loads(output.read_text().strip().splitlines()[-1])
-    return {"seconds": seconds, "peak_mib": usage.ru_maxrss / 1024, "load": load, **values}
+    cpu = usage.ru_utime + usage.ru_stime
+    return {"seconds": seconds, "cpu_seconds": cpu, "peak_mib": usage.ru_maxrss / 1024, "load": load, **values}
 
 
 def _whole_processes(args: argparse.Namespace) -> None:
@@ -208,8 +209,8 @@ def _whole_processes(args: argparse.Namespace) -> None:
     for round_index in range(args.rounds):
         for method, command in commands.items():
             runs[method].append(run := _timed_process(command, env, folder / f"{method}.out"))
-            print(f"round {round_index + 1} {method:>8}: {run['seconds']:6.2f} s, peak resident "
-                  f"{run['peak_mib']:5.0f} MiB, load average {run['load']:.2f} before; "
+            print(f"round {round_index + 1} {method:>8}: {run['seconds']:6.2f} s ({run['cpu_seconds']:6.2f} s CPU), "
+                  f"peak resident {run['peak_mib']:5.0f} MiB, load average {run['load']:.2f} before; "
                   f"{'AP' if 'AP' in run else 'oLRP'} {run.get('AP', run.get('oLRP')):.4f}")  # fmt: skip
     for round_index in range(args.rounds):
         ours = runs["command"][round_index]["seconds"]

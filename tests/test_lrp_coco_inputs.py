@@ -1,6 +1,6 @@
 """``evaluate_coco`` on malformed pycocotools ``COCO`` objects: a ValueError naming the annotation (its id), the key and
-what is wrong, never a numpy error; two ground truths with one id refused (COCOeval matches by id: its results would
-differ); the command's route (a list of results, no ``loadRes``) equal to ``evaluate_coco``."""
+what is wrong, never a numpy error; two ground truths with one id refused (COCOeval looks them up by id: it would
+evaluate one twice); the command's route (a list of results, no ``loadRes``) equal to ``evaluate_coco``."""
 
 from __future__ import annotations
 
@@ -11,11 +11,14 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from pycocotools.coco import COCO
+from pycocotools.cocoeval import COCOeval
 
 from alrp_d2.lrp import evaluate_coco
-from alrp_d2.lrp.coco_api import evaluate_results
+from alrp_d2.lrp.coco_api import evaluate_detections, result_detections
+from alrp_d2.lrp.coco_entries import EntryError
 
 from .lrp_official_cases import CASES, case_files, coco_pair, official
 
@@ -54,7 +57,7 @@ def with_annotation(**changes):
         (with_annotation(area="25"), r"ground-truth annotation 5: 'area' must be a finite number >= 0, got '25'"),
         (with_annotation(iscrowd="0"), r"ground-truth annotation 5: 'iscrowd' must be 0 or 1, got '0'"),
         (with_annotation(category_id=3), r"ground-truth annotation 5: category_id 3 is not a category"),
-        (with_annotation(id=6), r"two ground-truth annotations have the id 6: COCOeval matches ground truths by id"),
+        (with_annotation(id=6), r"two ground-truth annotations have the id 6: COCOeval looks ground truths up by id"),
     ],
 )
 def test_a_malformed_ground_truth_is_named(gt, message):
@@ -99,9 +102,9 @@ def test_the_commands_route_equals_evaluate_coco(case):
     coco_gt, coco_dt = coco_pair(case)
     iou_type = official(case)["iou_type"]
     results = json.loads(case_files(case)[1].read_text())
-    assert json.dumps(evaluate_results(coco_gt, results, iou_type)) == json.dumps(
-        evaluate_coco(coco_gt, coco_dt, iou_type)
-    )
+    assert json.dumps(
+        evaluate_detections(coco_gt, result_detections(coco_gt, results, iou_type), iou_type)
+    ) == json.dumps(evaluate_coco(coco_gt, coco_dt, iou_type))
 
 
 def test_the_command_imports_no_torch():
@@ -109,3 +112,33 @@ def test_the_command_imports_no_torch():
     time and memory than the evaluation of a COCO-sized pair (docs/performance.md)."""
     code = "import sys; import alrp_d2.lrp.__main__; print('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"
+
+
+def test_cocoeval_evaluates_one_of_two_ground_truths_with_one_id_twice():
+    """Why repeated ids are refused (docs/lrp.md): two boxes, each detected exactly, give COCOeval's AP 25.2."""
+    gt = {**GT, "annotations": [GT["annotations"][0], {**GT["annotations"][1], "id": 5, "image_id": 1}]}
+    detections = [{**det, "image_id": 1, "bbox": ann["bbox"]} for det, ann in zip(DETECTIONS, gt["annotations"])]
+    detections[0]["score"], detections[1]["score"] = 0.9, 0.8  # the box COCOeval loses scored first: an FP
+    coco_gt, coco_dt = coco_objects(gt, detections)
+    with contextlib.redirect_stdout(io.StringIO()):
+        coco_eval = COCOeval(coco_gt, coco_dt, "bbox")
+        coco_eval.evaluate()
+        coco_eval.accumulate()
+        coco_eval.summarize()
+    assert [ann["bbox"] for ann in coco_eval._gts[1, 1]] == [[2, 2, 8, 8]] * 2
+    assert coco_eval.stats[0] == pytest.approx(0.2525, abs=1e-4)
+    with pytest.raises(ValueError, match="have the id 5"):
+        evaluate_coco(coco_gt, coco_dt)
+
+
+def test_box_detections_read_a_column_at_a_time_equal_those_read_one_by_one():
+    """A numpy score sends the results through the per-entry checks and reads: the same arrays."""
+    coco_gt, _ = coco_objects(GT, DETECTIONS)
+    by_column = result_detections(coco_gt, copy.deepcopy(DETECTIONS), "bbox")
+    mixed = [DETECTIONS[0], {**DETECTIONS[1], "score": np.float32(0.7)}]
+    by_entry = result_detections(coco_gt, mixed, "bbox")
+    for key in ("image", "label", "box", "area"):
+        np.testing.assert_array_equal(getattr(by_column, key), getattr(by_entry, key))
+    np.testing.assert_allclose(by_column.score, by_entry.score, rtol=1e-7)
+    with pytest.raises(EntryError, match=r"entry 1: 'score' must be a finite number, got True"):
+        result_detections(coco_gt, [DETECTIONS[0], {**DETECTIONS[1], "score": True}], "bbox")

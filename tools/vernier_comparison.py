@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Tuple
 
 from pycocotools import mask as mask_utils
 
-from alrp_d2.lrp.coco_api import evaluate_results
+from alrp_d2.lrp.coco_api import evaluate_detections
 from alrp_d2.lrp.coco_files import load_coco_pair
 
 FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "lrp_official"
@@ -80,7 +80,7 @@ def between_grid_points(folder: Path) -> Tuple[Path, Path]:
 
 def compare(case: str, gt: Path, dt: Path, iou_type: str, python: str) -> List[str]:
     """The lines of one case: per class, ours (fractions, as vernier's) and vernier's, and the loc ratio."""
-    ours = evaluate_results(*load_coco_pair(str(gt), str(dt), iou_type), iou_type)
+    ours = evaluate_detections(*load_coco_pair(str(gt), str(dt), iou_type), iou_type)
     with tempfile.TemporaryDirectory() as folder:
         theirs = _vernier(python, gt, _with_boxes(dt, Path(folder)) if iou_type == "segm" else dt, iou_type)
     lines = [

@@ -10,7 +10,7 @@ import math
 import sys
 from typing import Any, Dict, List, Optional, Sequence
 
-from .coco_api import evaluate_results
+from .coco_api import evaluate_detections
 from .coco_files import CocoFileError, load_coco_pair
 from .results import LRP_METRICS, PER_CLASS_KEYS
 
@@ -58,7 +58,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except CocoFileError as error:
         print(f"python -m alrp_d2.lrp: {error}", file=sys.stderr)
         return 2
-    results = evaluate_results(coco_gt, detections, args.iou_type)
+    results = evaluate_detections(coco_gt, detections, args.iou_type)
     if args.json:
         print(json.dumps({key: _without_nan(value) for key, value in results.items()}))
     else:

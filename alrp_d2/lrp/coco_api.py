@@ -1,9 +1,10 @@
 """LRP of detections on a COCO dataset, evaluated as ``COCOeval`` would: the images and categories of the ground
 truth, crowds ignored, at most 100 detections per image and category. The ground truth is a pycocotools ``COCO``
 object; the detections are the result of its ``loadRes`` (:func:`evaluate_coco`) or a list of COCO results
-(:func:`evaluate_results`, the command's route, which builds no second ``COCO`` object). Every entry is checked
+(:func:`result_detections` and :func:`evaluate_detections`, the command's route, which builds no second ``COCO``
+object). Every entry is checked
 (:mod:`.coco_entries`) and a bad one named by its id and key; repeated ground-truth ids are refused, as COCOeval
-matches by id."""
+looks ground truths up by id."""
 
 from __future__ import annotations
 
@@ -16,12 +17,23 @@ from pycocotools import mask as mask_utils
 from pycocotools.coco import COCO
 
 from .annotations import Detections, GroundTruths
-from .coco_entries import detection_problem, first_repeat, ground_truth_problem, is_int, is_number
+from .coco_entries import (
+    BoxColumns,
+    EntryError,
+    box_detection_columns,
+    detection_problem,
+    first_repeat,
+    ground_truth_problem,
+    is_int,
+    is_number,
+)
 from .lrp_metric import LRP_TAU
 from .matching import IOU_TYPES, candidate_matches
 from .results import lrp_results
 
 MAX_DETECTIONS = 100
+#: Detections' masks (RLEs; None for boxes) and boxes (N x 4 XYWH).
+Regions = Tuple[Optional[List[Any]], np.ndarray]
 
 
 def _annotations(coco: COCO, image_ids: List[int]) -> List[Dict[str, Any]]:
@@ -52,8 +64,8 @@ def check_ground_truths(anns: Sequence[Any], coco_gt: COCO, iou_type: str) -> No
     repeat = first_repeat([ann.get("id") for ann in anns])
     if repeat is not None:
         raise ValueError(
-            f"two ground-truth annotations have the id {anns[repeat].get('id')!r}: COCOeval matches ground truths by "
-            "id, so its results would differ; give each annotation its own id"
+            f"two ground-truth annotations have the id {anns[repeat].get('id')!r}: COCOeval looks ground truths up "
+            "by id, so it would evaluate one of them twice and the other never; give each annotation its own id"
         )
 
 
@@ -94,20 +106,31 @@ def ground_truth_arrays(coco_gt: COCO, anns: List[Dict[str, Any]], image_ids: Li
     )
 
 
-def detection_arrays(dets: List[Dict[str, Any]], masks: Any, area: np.ndarray, boxes: np.ndarray,
-                     image_ids: List[int], category_ids: List[int]) -> Detections:  # fmt: skip
-    """The checked detections as flat arrays, with their masks (segm), areas and boxes."""
+def _columns(dets: List[Dict[str, Any]], iou_type: str) -> BoxColumns:
+    """The checked detections' columns (their boxes for bbox; for segm, no box: the masks' are taken)."""
+    boxes = _boxes(dets) if iou_type == "bbox" else np.zeros((0, 4))
+    return BoxColumns(_column(dets, "image_id", np.int64), _column(dets, "category_id", np.int64),
+                      _column(dets, "score", np.float64), boxes)  # fmt: skip
+
+
+def detection_arrays(columns: BoxColumns, regions: Regions, area: np.ndarray, coco_gt: COCO) -> Detections:
+    """The checked detections as flat arrays (image and class indices), with their masks (segm), boxes and areas."""
+    image_ids, category_ids = sorted(coco_gt.getImgIds()), sorted(coco_gt.getCatIds())
     return Detections(
-        image=_indices(_column(dets, "image_id", np.int64), image_ids),
-        label=_indices(_column(dets, "category_id", np.int64), category_ids),
-        score=_column(dets, "score", np.float64),
-        box=boxes,
+        image=_indices(columns.image, image_ids),
+        label=_indices(columns.category, category_ids),
+        score=columns.score,
+        box=regions[1],
         area=area,
-        masks=masks,
+        masks=regions[0],
     )
 
 
-def _evaluate(coco_gt: COCO, dets: Detections, iou_type: str, max_detections: int) -> Dict[str, Any]:
+def evaluate_detections(
+    coco_gt: COCO, dets: Detections, iou_type: str = "bbox", max_detections: int = MAX_DETECTIONS
+) -> Dict[str, Any]:
+    """:func:`evaluate_coco` of checked detections as arrays (:func:`result_detections`, the command's route), on the
+    ground truth ``coco_gt``, whose annotations are checked here."""
     image_ids, category_ids = sorted(coco_gt.getImgIds()), sorted(coco_gt.getCatIds())
     anns = _annotations(coco_gt, image_ids)
     check_ground_truths(anns, coco_gt, iou_type)
@@ -131,13 +154,11 @@ def evaluate_coco(
     detection of an image or a category that the ground truth lacks, or two ground truths with one id: a ValueError
     naming it."""
     _check_iou_type(iou_type)
-    image_ids, category_ids = sorted(coco_gt.getImgIds()), sorted(coco_gt.getCatIds())
-    dets = list(coco_dt.anns.values())
-    check_detections(dets, coco_gt, iou_type)
-    dets = _annotations(coco_dt, image_ids)
-    masks, boxes = _regions(dets, coco_dt, iou_type)
-    arrays = detection_arrays(dets, masks, _loaded_areas(dets), boxes, image_ids, category_ids)
-    return _evaluate(coco_gt, arrays, iou_type, max_detections)
+    check_detections(list(coco_dt.anns.values()), coco_gt, iou_type)
+    dets = _annotations(coco_dt, sorted(coco_gt.getImgIds()))
+    columns = _columns(dets, iou_type)
+    arrays = detection_arrays(columns, _regions(dets, coco_dt, iou_type, columns.box), _loaded_areas(dets), coco_gt)
+    return evaluate_detections(coco_gt, arrays, iou_type, max_detections)
 
 
 def _loaded_areas(dets: List[Dict[str, Any]]) -> np.ndarray:
@@ -149,26 +170,33 @@ def _loaded_areas(dets: List[Dict[str, Any]]) -> np.ndarray:
     return _column(dets, "area", np.float64)
 
 
-def _regions(dets: List[Dict[str, Any]], coco: COCO, iou_type: str) -> Tuple[Optional[List[Any]], np.ndarray]:
-    """The detections' masks (RLEs; None for boxes) and boxes (XYWH; a mask's bounding box)."""
+def _regions(dets: List[Dict[str, Any]], coco: COCO, iou_type: str, boxes: np.ndarray) -> Regions:
+    """The detections' masks (RLEs; None for boxes) and boxes (XYWH: ``boxes`` for bbox, the masks' for segm)."""
     if iou_type == "bbox":
-        return None, _boxes(dets)
+        return None, boxes
     masks = [coco.annToRLE(det) for det in dets]
     return masks, np.asarray(mask_utils.toBbox(masks), dtype=np.float64).reshape(-1, 4) if masks else np.zeros((0, 4))
 
 
-def evaluate_results(
-    coco_gt: COCO, results: List[Dict[str, Any]], iou_type: str = "bbox", max_detections: int = MAX_DETECTIONS
-) -> Dict[str, Any]:
-    """:func:`evaluate_coco` of a list of COCO results (``image_id``, ``category_id``, ``score`` and ``bbox`` or an
-    RLE ``segmentation``), already checked (:func:`check_detections`), as ``coco_gt.loadRes(results)`` would give
-    them: a box's area is its width x height, a mask's its pixels'."""
+def result_detections(coco_gt: COCO, results: List[Any], iou_type: str) -> Detections:
+    """The detections of a list of COCO results (``image_id``, ``category_id``, ``score`` and ``bbox`` or an RLE
+    ``segmentation``) as ``coco_gt.loadRes(results)`` would give them (a box's area its width x height, a mask's its
+    pixels'), checked: the first bad one an :class:`EntryError` naming its index and what is wrong. Box detections
+    are checked and read a column at a time."""
     _check_iou_type(iou_type)
-    image_ids, category_ids = sorted(coco_gt.getImgIds()), sorted(coco_gt.getCatIds())
-    masks, boxes = _regions(results, coco_gt, iou_type)
+    image_ids = np.asarray(sorted(coco_gt.getImgIds()), dtype=np.int64)
+    category_ids = np.asarray(sorted(coco_gt.getCatIds()), dtype=np.int64)
+    columns = box_detection_columns(results, image_ids, category_ids) if iou_type == "bbox" else None
+    if columns is None:
+        sizes, categories = _image_sizes(coco_gt), set(coco_gt.cats)
+        for index, det in enumerate(results):
+            problem = detection_problem(det, sizes, categories, iou_type)
+            if problem:
+                raise EntryError(index, problem)
+        columns = _columns(results, iou_type)
+    masks, boxes = _regions(results, coco_gt, iou_type, columns.box)
     if masks is None:
         area = boxes[:, 2] * boxes[:, 3]
     else:
         area = np.asarray(mask_utils.area(masks), dtype=np.float64).reshape(-1) if masks else np.zeros(0)
-    arrays = detection_arrays(results, masks, area, boxes, image_ids, category_ids)
-    return _evaluate(coco_gt, arrays, iou_type, max_detections)
+    return detection_arrays(columns, (masks, boxes), area, coco_gt)

@@ -1,18 +1,21 @@
 """A COCO ground-truth file and a COCO results file checked before they are evaluated: every problem is a
 :class:`CocoFileError` naming the file, the entry (its index and id) and what is wrong (:mod:`.coco_entries`), never a
 bare ``KeyError`` or ``AssertionError`` of pycocotools, nor a detection silently left out. The image sizes and the
-category set are built once, so checking a pair is linear in its entries."""
+category set are built once and the detections are checked as they are read into arrays
+(:func:`~alrp_d2.lrp.coco_api.result_detections`), so checking a pair is linear in its entries."""
 
 from __future__ import annotations
 
 import contextlib
 import io
-from typing import Any, Dict, List, Set, Tuple
+from typing import Any, Dict, List, Tuple
 
 from pycocotools.coco import COCO
 
 from ..json_file import load_json
-from .coco_entries import detection_problem, first_repeat, ground_truth_problem, is_int
+from .annotations import Detections
+from .coco_api import result_detections
+from .coco_entries import EntryError, first_repeat, ground_truth_problem, is_int
 
 
 class CocoFileError(ValueError):
@@ -50,8 +53,8 @@ def _image_sizes(images: List[Dict[str, Any]], path: str) -> Dict[int, Tuple[int
     return {image["id"]: (image["height"], image["width"]) for image in images}
 
 
-def check_ground_truth(path: str, iou_type: str) -> Tuple[Dict[str, Any], Dict[int, Tuple[int, int]], Set[int]]:
-    """The content of the ground-truth file ``path`` after its checks, its image sizes and its category ids."""
+def check_ground_truth(path: str, iou_type: str) -> Dict[str, Any]:
+    """The content of the ground-truth file ``path`` after its checks."""
     content = _read(path)
     if not isinstance(content, dict):
         raise CocoFileError(f"{path}: a COCO ground-truth file is an object with images, annotations, categories")
@@ -61,31 +64,25 @@ def check_ground_truth(path: str, iou_type: str) -> Tuple[Dict[str, Any], Dict[i
         problem = ground_truth_problem(ann, sizes, categories, iou_type)
         if problem:
             raise CocoFileError(f"{path}: annotations[{index}] (id {ann['id']}): {problem}")
-    return content, sizes, categories
-
-
-def check_detections(
-    path: str, sizes: Dict[int, Tuple[int, int]], categories: Set[int], iou_type: str
-) -> List[Dict[str, Any]]:
-    """The detections of the results file ``path`` (a list of COCO results) after their checks, against the ground
-    truth's image ``sizes`` and ``categories``."""
-    content = _read(path)
-    if not isinstance(content, list):
-        raise CocoFileError(f"{path}: a COCO results file is a list of detections, got {type(content).__name__}")
-    for index, det in enumerate(content):
-        problem = detection_problem(det, sizes, categories, iou_type)
-        if problem:
-            raise CocoFileError(f"{path}: entry {index}: {problem}")
     return content
 
 
-def load_coco_pair(gt_path: str, dt_path: str, iou_type: str) -> Tuple[COCO, List[Dict[str, Any]]]:
-    """The checked ground truth as a pycocotools ``COCO`` object and the checked detections, a list of COCO results
-    (for :func:`~alrp_d2.lrp.coco_api.evaluate_results`)."""
-    ground_truth, sizes, categories = check_ground_truth(gt_path, iou_type)
-    detections = check_detections(dt_path, sizes, categories, iou_type)
+def _results(path: str) -> List[Any]:
+    content = _read(path)
+    if not isinstance(content, list):
+        raise CocoFileError(f"{path}: a COCO results file is a list of detections, got {type(content).__name__}")
+    return content
+
+
+def load_coco_pair(gt_path: str, dt_path: str, iou_type: str) -> Tuple[COCO, Detections]:
+    """The checked ground truth as a pycocotools ``COCO`` object and the checked detections as arrays (for
+    :func:`~alrp_d2.lrp.coco_api.evaluate_detections`)."""
+    ground_truth = check_ground_truth(gt_path, iou_type)
     with contextlib.redirect_stdout(io.StringIO()):
         coco_gt = COCO()
         coco_gt.dataset = ground_truth
         coco_gt.createIndex()
-    return coco_gt, detections
+    try:
+        return coco_gt, result_detections(coco_gt, _results(dt_path), iou_type)
+    except EntryError as error:
+        raise CocoFileError(f"{dt_path}: {error}") from None
