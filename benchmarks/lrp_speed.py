@@ -17,6 +17,15 @@ bounds (ours at most 1.2x COCOeval, at least 10x faster than the official) and t
 full case.
 
     python benchmarks/lrp_speed.py --official-python VENV/bin/python --official-repo LRP-Error
+
+``--whole-process`` writes the case (``--detections`` an image) as COCO files and runs, as whole processes from those
+files, interleaved over ``--rounds``: the command ``python -m alrp_d2.lrp GT DT --json`` (read, check, evaluate,
+print), pycocotools (``COCO``, ``loadRes``, ``COCOeval`` evaluate + accumulate + summarize) and, with
+``--vernier-python`` (an interpreter whose environment holds PyPI's ``vernier``), vernier's ``optimal_lrp`` of the
+files' bytes. Each prints its wall-clock and CPU seconds, its peak resident memory and the load average before it;
+then the ratios and the bounds (the command at most 0.5x COCOeval, at most 1x vernier).
+
+    python benchmarks/lrp_speed.py --whole-process --vernier-python VENV/bin/python --detections 61
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@ on its fixtures), and bad files refused with one line naming the file and the en
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import re
@@ -123,3 +124,13 @@ def test_a_bad_entry_far_down_a_large_file_is_named(tmp_path, capsys):
     assert "dt.json: entry 19999: image_id 2001 is not an image of the ground truth" in capsys.readouterr().err
     assert main([gt_file, write(tmp_path, "dt.json", detections[:-1]), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["num_gt_per_class"] == [1]
+
+
+def test_the_garbage_collector_runs_again_after_the_files_are_read(tmp_path, capsys):
+    """The JSON is parsed with the collector paused (docs/performance.md), then it runs again, also after an error."""
+    assert gc.isenabled()
+    gt_file = write(tmp_path, "gt.json", GT)
+    assert main([gt_file, write(tmp_path, "dt.json", "[{")]) == 2
+    assert gc.isenabled()
+    assert main([gt_file, write(tmp_path, "dt.json", [DET])]) == 0
+    assert gc.isenabled()

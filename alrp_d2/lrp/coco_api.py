@@ -113,6 +113,12 @@ def _columns(dets: List[Dict[str, Any]], iou_type: str) -> BoxColumns:
                       _column(dets, "score", np.float64), boxes)  # fmt: skip
 
 
+def _box_columns(dets: List[Any], coco_gt: COCO) -> Optional[BoxColumns]:
+    """:func:`~.coco_entries.box_detection_columns` against the images and categories of ``coco_gt``."""
+    image_ids = np.asarray(sorted(coco_gt.getImgIds()), dtype=np.int64)
+    return box_detection_columns(dets, image_ids, np.asarray(sorted(coco_gt.getCatIds()), dtype=np.int64))
+
+
 def detection_arrays(columns: BoxColumns, regions: Regions, area: np.ndarray, coco_gt: COCO) -> Detections:
     """The checked detections as flat arrays (image and class indices), with their masks (segm), boxes and areas."""
     image_ids, category_ids = sorted(coco_gt.getImgIds()), sorted(coco_gt.getCatIds())
@@ -154,9 +160,12 @@ def evaluate_coco(
     detection of an image or a category that the ground truth lacks, or two ground truths with one id: a ValueError
     naming it."""
     _check_iou_type(iou_type)
-    check_detections(list(coco_dt.anns.values()), coco_gt, iou_type)
     dets = _annotations(coco_dt, sorted(coco_gt.getImgIds()))
-    columns = _columns(dets, iou_type)
+    complete = len(dets) == len(coco_dt.anns)  # else some detection is of an image the ground truth lacks
+    columns = _box_columns(dets, coco_gt) if iou_type == "bbox" and complete else None
+    if columns is None:
+        check_detections(list(coco_dt.anns.values()), coco_gt, iou_type)
+        columns = _columns(dets, iou_type)
     arrays = detection_arrays(columns, _regions(dets, coco_dt, iou_type, columns.box), _loaded_areas(dets), coco_gt)
     return evaluate_detections(coco_gt, arrays, iou_type, max_detections)
 
@@ -184,9 +193,7 @@ def result_detections(coco_gt: COCO, results: List[Any], iou_type: str) -> Detec
     pixels'), checked: the first bad one an :class:`EntryError` naming its index and what is wrong. Box detections
     are checked and read a column at a time."""
     _check_iou_type(iou_type)
-    image_ids = np.asarray(sorted(coco_gt.getImgIds()), dtype=np.int64)
-    category_ids = np.asarray(sorted(coco_gt.getCatIds()), dtype=np.int64)
-    columns = box_detection_columns(results, image_ids, category_ids) if iou_type == "bbox" else None
+    columns = _box_columns(results, coco_gt) if iou_type == "bbox" else None
     if columns is None:
         sizes, categories = _image_sizes(coco_gt), set(coco_gt.cats)
         for index, det in enumerate(results):
