@@ -156,9 +156,11 @@ def box_detection_columns(dets: List[Any], image_ids: np.ndarray, category_ids: 
         return None
     if not _types_within(chain.from_iterable(bbox), {int, float}):
         return None
+    count = len(dets)
     try:
-        columns = BoxColumns(np.array(image, np.int64), np.array(category, np.int64), np.array(score, np.float64),
-                             np.array(bbox, np.float64).reshape(-1, 4))  # fmt: skip
+        columns = BoxColumns(np.fromiter(image, np.int64, count), np.fromiter(category, np.int64, count),
+                             np.fromiter(score, np.float64, count),
+                             np.fromiter(chain.from_iterable(bbox), np.float64, 4 * count).reshape(-1, 4))  # fmt: skip
     except OverflowError:  # an id beyond int64: not an id of the ground truth
         return None
     finite = np.isfinite(columns.score).all() and np.isfinite(columns.box).all()
