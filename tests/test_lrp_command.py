@@ -3,6 +3,7 @@ on its fixtures), and bad files refused with one line naming the file and the en
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import re
@@ -91,6 +92,33 @@ KEYPOINT_DET = {"image_id": 1, "category_id": 1, "keypoints": [1, 2, 1, 3, 3, 1]
         ),
         (KEYPOINT_GT, [{**KEYPOINT_DET, "keypoints": [1, 2, 1, float("inf"), 3, 1]}], "keypoints", "finite numbers"),
         (KEYPOINT_GT, [{**KEYPOINT_DET, "bbox": [0, 0, 2, 2]}, KEYPOINT_DET], "keypoints", "entry 1: 'bbox' must be"),
+        (
+            {**GT, "annotations": [{**GT["annotations"][0], "bbox": [0, 0, 5]}]},
+            [DET],
+            "bbox",
+            r"gt.json: annotations\[0\] \(id 5\): 'bbox' must be 4 finite numbers",
+        ),
+        (
+            {**GT, "annotations": [GT["annotations"][0], {**GT["annotations"][0], "bbox": [1, 1, 2, 2]}]},
+            [DET],
+            "bbox",
+            r"gt.json: annotations\[1\] repeats the id 5",
+        ),
+        (
+            {**GT, "annotations": [{**GT["annotations"][0], "segmentation": [[0, 0, 5]]}]},
+            [DET],
+            "segm",
+            r"annotations\[0\] \(id 5\): 'segmentation' polygons must be lists of x, y pairs",
+        ),
+        (GT, [DET, {**DET, "score": "0.5"}], "bbox", r"dt.json: entry 1: 'score' must be a finite number, got '0.5'"),
+        (GT, [{**DET, "bbox": [0, "0", 5, 4]}], "bbox", r"dt.json: entry 0: 'bbox' must be 4 finite numbers"),
+        (GT, [{**DET, "category_id": 2}], "bbox", r"dt.json: entry 0: category_id 2 is not a category"),
+        (
+            {**GT, "annotations": [{**GT["annotations"][0], "segmentation": [[0, 0, 5, 0, 5, 5]]}]},
+            [{**DET, "segmentation": {"size": [10, 20], "counts": "abc"}}],
+            "segm",
+            r"dt.json: entry 0: the RLE's size \[10, 20\] is not its image's \[height, width\] \[20, 20\]",
+        ),
     ],
 )
 def test_bad_files_are_refused_naming_file_and_entry(tmp_path, capsys, gt, detections, iou_type, message):
@@ -124,3 +152,25 @@ def test_keypoint_sigmas_option(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main([gt_file, dt_file, "--keypoint-sigmas", "0.5,0.5"])
     assert "--keypoint-sigmas is for --iou-type keypoints, not bbox" in capsys.readouterr().err
+
+
+def test_a_bad_entry_far_down_a_large_file_is_named(tmp_path, capsys):
+    """The checks go through every entry (the image sizes and the category set built once for all of them)."""
+    images = [{"id": i, "width": 20, "height": 20} for i in range(1, 2001)]
+    detections = [{**DET, "image_id": 1 + i % 2000} for i in range(20000)]
+    detections[19999] = {**DET, "image_id": 2001}
+    gt_file = write(tmp_path, "gt.json", {**GT, "images": images})
+    assert main([gt_file, write(tmp_path, "dt.json", detections)]) == 2
+    assert "dt.json: entry 19999: image_id 2001 is not an image of the ground truth" in capsys.readouterr().err
+    assert main([gt_file, write(tmp_path, "dt.json", detections[:-1]), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["num_gt_per_class"] == [1]
+
+
+def test_the_garbage_collector_runs_again_after_the_files_are_read(tmp_path, capsys):
+    """The JSON is parsed with the collector paused (docs/performance.md), then it runs again, also after an error."""
+    assert gc.isenabled()
+    gt_file = write(tmp_path, "gt.json", GT)
+    assert main([gt_file, write(tmp_path, "dt.json", "[{")]) == 2
+    assert gc.isenabled()
+    assert main([gt_file, write(tmp_path, "dt.json", [DET])]) == 0
+    assert gc.isenabled()

@@ -12,9 +12,8 @@ import math
 import sys
 from typing import Any, Dict, List, Optional, Sequence
 
-from .coco_api import evaluate_coco
+from .coco_api import evaluate_detections
 from .coco_files import CocoFileError, load_coco_pair
-from .keypoint_similarity import COCO_PERSON_SIGMAS
 from .lvis_command import run_lvis
 from .panoptic_command import run_panoptic
 from .results import LRP_METRICS, PER_CLASS_KEYS
@@ -100,12 +99,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             parser.error("--lvis evaluates --iou-type bbox or segm")
         return run_lvis(args.ground_truth, args.detections, args.iou_type, args.json)
     try:
-        keypoints = len(args.keypoint_sigmas or COCO_PERSON_SIGMAS) if args.iou_type == "keypoints" else 0
-        coco_gt, coco_dt = load_coco_pair(args.ground_truth, args.detections, args.iou_type, keypoints)
+        coco_gt, detections = load_coco_pair(args.ground_truth, args.detections, args.iou_type, args.keypoint_sigmas)
     except CocoFileError as error:
         print(f"python -m alrp_d2.lrp: {error}", file=sys.stderr)
         return 2
-    results = evaluate_coco(coco_gt, coco_dt, args.iou_type, keypoint_sigmas=args.keypoint_sigmas)
+    results = evaluate_detections(coco_gt, detections, args.iou_type, keypoint_sigmas=args.keypoint_sigmas)
     if args.json:
         print(json.dumps({key: _without_nan(value) for key, value in results.items()}))
     else:

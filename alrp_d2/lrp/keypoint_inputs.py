@@ -1,9 +1,11 @@
-"""The inputs of keypoint LRP checked and turned into arrays: the per-class OKS sigmas, COCO's keypoint annotations and
-results, and the per-image dicts of :class:`~alrp_d2.lrp.LRP` (torchvision's Keypoint R-CNN format). Every error names
-what is wrong: the argument, the annotation's id, or the list, the image index and the key."""
+"""The inputs of keypoint LRP checked and turned into arrays: the per-class OKS sigmas and the per-image dicts of
+:class:`~alrp_d2.lrp.LRP` (torchvision's Keypoint R-CNN format); COCO's keypoint annotations and results, checked by
+:mod:`.coco_entries`, read. Every error names what is wrong: the argument, or the list, the image index and the key."""
 
 from __future__ import annotations
 
+from itertools import chain
+from operator import itemgetter
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
@@ -47,6 +49,12 @@ def keypoint_count(sigmas: CheckedSigmas) -> int:
     return len(sigmas) if isinstance(sigmas, np.ndarray) else len(next(iter(sigmas.values())))
 
 
+def keypoints_of(keypoint_sigmas: KeypointSigmas, iou_type: str) -> int:
+    """K, the keypoints of every object with ``iou_type`` "keypoints" (``keypoint_sigmas`` checked); 0 otherwise."""
+    checked = checked_sigmas(keypoint_sigmas, iou_type)
+    return 0 if checked is None else keypoint_count(checked)
+
+
 def sigmas_of_classes(sigmas: CheckedSigmas, class_ids: Sequence[int]) -> np.ndarray:
     """The sigmas of each class (C x K), in the order of ``class_ids``."""
     if isinstance(sigmas, np.ndarray):
@@ -57,32 +65,10 @@ def sigmas_of_classes(sigmas: CheckedSigmas, class_ids: Sequence[int]) -> np.nda
     return np.stack([sigmas[int(c)] for c in class_ids]) if class_ids else np.zeros((0, keypoint_count(sigmas)))
 
 
-def _keypoint_list(record: Dict[str, Any], count: int, what: str) -> List[float]:
-    values = record.get("keypoints")
-    if not isinstance(values, (list, tuple)) or len(values) != 3 * count:
-        raise ValueError(
-            f"{what} {record.get('id')!r} needs 'keypoints', a list of {3 * count} numbers (x, y, v for each of the "
-            f"{count} keypoints of the sigmas), got {values!r:.200}"
-        )
-    return list(values)
-
-
-def coco_keypoints(records: List[Dict[str, Any]], count: int, what: str) -> np.ndarray:
-    """The ``keypoints`` of COCO annotations or results as an N x K x 3 array; non-finite ones are an error."""
-    flat = [_keypoint_list(record, count, what) for record in records]
-    keypoints = np.asarray(flat, dtype=np.float64).reshape(len(records), count, 3)
-    bad = ~np.all(np.isfinite(keypoints), axis=(1, 2))
-    if np.any(bad):
-        raise ValueError(f"{what} {records[int(np.flatnonzero(bad)[0])].get('id')!r} has NaN or infinite keypoints")
-    return keypoints
-
-
-def coco_num_keypoints(records: List[Dict[str, Any]]) -> np.ndarray:
-    """COCO's ``num_keypoints`` of ground-truth annotations (0: ignored, as COCOeval ignores it)."""
-    missing = next((record for record in records if "num_keypoints" not in record), None)
-    if missing is not None:
-        raise ValueError(f"annotation {missing.get('id')!r} has no 'num_keypoints'")
-    return np.fromiter((record["num_keypoints"] for record in records), dtype=np.int64, count=len(records))
+def coco_keypoints(records: List[Dict[str, Any]], count: int) -> np.ndarray:
+    """The ``keypoints`` of checked COCO annotations or results (:mod:`.coco_entries`) as an N x K x 3 array."""
+    values = chain.from_iterable(map(itemgetter("keypoints"), records))
+    return np.fromiter(values, dtype=np.float64, count=3 * count * len(records)).reshape(len(records), count, 3)
 
 
 def _keypoints_key(entry: Mapping[str, Any], where: str, rows: int, count: int, columns: Sequence[int]) -> np.ndarray:
