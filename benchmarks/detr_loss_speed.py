@@ -18,7 +18,7 @@ negative is relevant). Every row computes the losses of all 13 layers and their 
 
 * ``match``: the 7 Hungarian matchings alone;
 * ``ours RS``: SetRankingLoss(set_prediction_criterion("RankSortCriterion")), box terms value-balanced
-  (BRS-DETR's choice), the 13 sets of the step in one ``forward_sets`` call as the DETR adapters rank them;
+  (BRS-DETR's choice), the 13 sets of the step in one ``SetRankingLoss`` call as the DETR adapters rank them;
 * ``ours aLRP``: SetRankingLoss(set_prediction_criterion("AlrpCriterion"), box_terms="own"), in one call too;
 * ``... per set``: the same loss called set by set (``SetRankingLoss.forward``: one ranking call a set);
 * ``HF VFL``: ``RTDetrLoss.loss_labels_vfl`` and ``loss_boxes`` with RT-DETR's weights, the number of boxes as HF
@@ -247,10 +247,10 @@ def layer_by_layer(layer_loss: LayerLoss) -> StepLoss:
 
 
 def ours_step_loss(module: SetRankingLoss) -> StepLoss:
-    """The sum of the terms of every layer of the step, all ranked in one :meth:`SetRankingLoss.forward_sets`."""
+    """The sum of the terms of every layer of the step, all ranked in one :meth:`SetRankingLoss.forward`."""
 
     def loss(layers: List[StepLayer], targets: List[Dict[str, Tensor]]) -> Tensor:
-        terms = module.forward_sets([MatchedSet(*layer[:3]) for layer in layers], targets)
+        terms = module([MatchedSet(*layer[:3]) for layer in layers], targets)
         return torch.stack([value for set_terms in terms for value in set_terms.values()]).sum()
 
     return loss

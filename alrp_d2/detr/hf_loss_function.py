@@ -50,7 +50,7 @@ def rank_sets(
 ) -> Dict[str, Tensor]:
     """The terms of every set, its keys suffixed by the set's: each set matched by ``matcher`` on its logits (the
     denoising sets by their known targets) and its ``scores`` of them (the logits when None) ranked on its own, all
-    sets in one :meth:`SetRankingLoss.forward_sets` call (one ranking call for the whole step), in the same order on
+    sets in one :meth:`SetRankingLoss.forward` call (one ranking call for the whole step), in the same order on
     every worker. The one place that ranks a step's sets."""
     matched = []
     for prediction in sets:
@@ -59,7 +59,7 @@ def rank_sets(
             indices = matcher({"logits": prediction.logits, "pred_boxes": prediction.boxes}, labels)
         ranked = prediction.logits if scores is None else scores(prediction.logits)
         matched.append(MatchedSet(ranked, prediction.boxes, indices))
-    terms = loss.forward_sets(matched, labels)
+    terms = loss(matched, labels)
     return {
         key + prediction.suffix: value for prediction, set_terms in zip(sets, terms) for key, value in set_terms.items()
     }
