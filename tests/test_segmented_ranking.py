@@ -1,6 +1,6 @@
-"""The segmented ranking (``alrp_d2.losses.*_loss_sets``): the sets of a step ranked in one call equal the per-set
-calls, values and gradients, for every loss, on both paths; its host synchronisations; the global ranking on 2 gloo
-workers."""
+"""The segmented ranking (``alrp_d2.losses.*_loss`` of several sets): the sets of a step ranked in one call equal the
+per-set calls, values and gradients, for every loss, on both paths; its host synchronisations; the global ranking on
+2 gloo workers."""
 
 from __future__ import annotations
 
