@@ -64,7 +64,7 @@ def _measure(num_logits: int, api: str, device: str) -> Dict[str, float]:
     if api == "labels":
         labels = torch.where(valid, 0, -1).to(torch.int8).expand(anchors, NUM_CLASSES).contiguous().view(-1)
         labels[positives] = 1
-        positives = torch.nonzero(labels == 1).squeeze(1)  # the label API's order of the positives
+        positives = torch.nonzero(labels == 1).squeeze(1)  # a labelled set's order of the positives
         errors = errors[: len(positives)]
     logits, valid, positives, errors = (t.to(device) for t in (logits, valid, positives, errors))
     if api == "labels":

@@ -7,7 +7,7 @@ whatever API that checkout has (:func:`label_form`, :func:`index_form`).
 None of their code is part of this project: each file is loaded from the repository path given on
 the command line, with ``Tensor.cuda()`` redirected to the benchmark's device (the official
 functions allocate with ``.cuda()``) and mmdetection's ``LOSSES`` registry served by a stub (BRL's
-file registers its losses). Each returned function takes what our label API takes (+1/0/-1
+file registers its losses). Each returned function takes what our labelled sets take (+1/0/-1
 labels, or continuous targets for Rank & Sort Loss) and returns the outputs to backpropagate.
 """
 

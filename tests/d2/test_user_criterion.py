@@ -66,7 +66,7 @@ def test_a_subclass_that_overrides_call_changes_every_heads_loss(detector):
     with EventStorage():
         losses = model(tiny_batch())
     for head in heads:
-        assert float(stock[f"loss_{head}_cls"]) > 0 and float(losses[f"loss_{head}_cls"]) == 0
+        assert float(stock[f"loss_{head}_cls"].detach()) > 0 and float(losses[f"loss_{head}_cls"].detach()) == 0
         torch.testing.assert_close(losses[f"loss_{head}_loc"], stock[f"loss_{head}_loc"])
 
 
