@@ -17,7 +17,7 @@ import importlib.util
 import os
 import sys
 import types
-from typing import Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -98,10 +98,15 @@ def label_form(losses: types.ModuleType, loss: str) -> Callable[..., Tuple[Tenso
     the label function of the same name."""
     function = getattr(losses, f"{loss}_loss")
     if not hasattr(losses, "LabelledSet"):
-        return lambda logits, labels, *errors, **options: tuple(function(logits, labels, *errors, **options))
+        return lambda logits, labels, *errors, **options: _outputs(function(logits, labels, *errors, **options))
     return lambda logits, labels, *errors, **options: tuple(
         field.squeeze(0) for field in function([losses.LabelledSet(logits, labels, *errors)], **options)
     )
+
+
+def _outputs(result: Any) -> Tuple[Tensor, ...]:
+    """A label function's result as a tuple (AP Loss's is one tensor)."""
+    return (result,) if isinstance(result, Tensor) else tuple(result)
 
 
 def index_form(losses: types.ModuleType, loss: str) -> Callable[..., Tuple[Tensor, ...]]:

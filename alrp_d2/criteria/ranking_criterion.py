@@ -8,8 +8,9 @@ interface and never by the criterion's name (this package imports no detectron2)
    boxes what the criterion needs (:class:`PositiveSource`);
 2. :meth:`RankingCriterion.localisation_losses`: the per-positive localisation loss (E_loc of the decoded boxes,
    an encoded-delta loss, 1 - GIoU, or nothing);
-3. :meth:`RankingCriterion.__call__`: for every set of rankings (:class:`CriterionSet`), the loss of the ranking and of
-   the localisation, unweighted, with the statistics the self-balance hook logs (:class:`CriterionOutput`).
+3. :meth:`RankingCriterion.__call__`: for every set it is given (:class:`CriterionSet`, one ranking each), the loss of
+   the ranking and of the localisation, unweighted, with the statistics the self-balance hook logs
+   (:class:`CriterionOutput`).
 
 The one ranking method, :meth:`RankingCriterion.__call__`, is the one every path calls and the one a user's criterion
 overrides: a detection head passes one set (its batch; RS Mask R-CNN's mask loss reads the box head's output), a
