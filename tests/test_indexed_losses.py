@@ -1,5 +1,5 @@
-"""The index API of the ranking losses (the positives' flat indices and a validity mask, as the
-detection heads call them) against the label API and the loop transcription: any order of the
+"""The ranking losses of a `RankingSet` (the positives' flat indices and a validity mask, as the
+detection heads give them) against a `LabelledSet` and the loop transcription: any order of the
 positives, (rows, classes) logits with per-row validity, float64 chunks, non-finite logits."""
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def detection_case(seed: int, dtype: torch.dtype):
 def test_indexed_equals_labels_whatever_the_order_of_the_positives(seed, dtype, ranking_path):
     logits, row_labels, labels = detection_case(seed, dtype)
     gen = torch.Generator().manual_seed(100 + seed)
-    flat_positives = torch.nonzero(labels == 1).squeeze(1)  # the label API's order
+    flat_positives = torch.nonzero(labels == 1).squeeze(1)  # a labelled set's order
     errors = torch.rand(len(flat_positives), generator=gen, dtype=torch.float64).to(dtype)
     order = torch.randperm(len(flat_positives), generator=gen)
 
@@ -106,7 +106,7 @@ INDEXED_LOSSES = ("alrp", "ap", "rank_sort")
 
 
 def indexed_loss(name: str, logits: torch.Tensor, positives: torch.Tensor, path: str) -> torch.Tensor:
-    """The ranking loss ``name`` of the index API (its classification / ranking component)."""
+    """The ranking loss ``name`` of one ``RankingSet`` (its classification / ranking component)."""
     errors = torch.rand(len(positives))
     if name == "alrp":
         return only_set(alrp_loss([RankingSet(logits, positives, errors)], path=path)).loss_cls
@@ -117,7 +117,7 @@ def indexed_loss(name: str, logits: torch.Tensor, positives: torch.Tensor, path:
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
 def test_non_finite_logits_make_the_indexed_losses_nan(bad, ranking_path):
-    """No validation in the index API (on the scan path one host synchronisation: the search steps of the
+    """No validation of a ``RankingSet`` (on the scan path one host synchronisation: the search steps of the
     negatives' gap lookup; none on the dense path): a non-finite logit, of a positive or a negative, gives a NaN
     loss, which stops a training loop."""
     for position in (0, 5):
