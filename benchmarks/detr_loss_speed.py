@@ -20,9 +20,10 @@ negative is relevant). Every row computes the losses of all 13 layers and their 
 * ``match``: the 7 Hungarian matchings alone, by HF's matcher; ``ours match``: the same 7 by the own-box-term modes'
   matching (``alrp_d2.detr.set_matching.match_sets``: each image's cost against its own targets, one host copy);
 * ``ours RS``: SetRankingLoss(set_prediction_criterion("RankSortCriterion")), box terms value-balanced
-  (BRS-DETR's choice), the 13 sets of the step in one ``forward_sets`` call as the DETR adapters rank them;
+  (BRS-DETR's choice), the 13 sets of the step in one ``SetRankingLoss`` call as the DETR adapters rank them;
 * ``ours aLRP``: SetRankingLoss(set_prediction_criterion("AlrpCriterion"), box_terms="own"), in one call too;
-* ``... per set``: the same loss called set by set (``SetRankingLoss.forward``: one ranking call a set);
+* ``... per set``: the same loss called set by set (``SetRankingLoss.forward`` of a list of one: one ranking call a
+  set);
 * ``HF VFL``: ``RTDetrLoss.loss_labels_vfl`` and ``loss_boxes`` with RT-DETR's weights, the number of boxes as HF
   computes it; ``HF focal``: Deformable-DETR's (``DeformableDetrImageLoss``: focal loss, weights 2, 5, 2);
 * ``BRL RS``: BRS-DETR's per-layer loss with BRL's ``BucketedRankSort`` at delta 0.5 on the (B * Q * C) targets with
@@ -217,10 +218,10 @@ def layer_by_layer(layer_loss: LayerLoss) -> StepLoss:
 
 
 def ours_step_loss(module: SetRankingLoss) -> StepLoss:
-    """The sum of the terms of every layer of the step, all ranked in one :meth:`SetRankingLoss.forward_sets`."""
+    """The sum of the terms of every layer of the step, all ranked in one :meth:`SetRankingLoss.forward`."""
 
     def loss(layers: List[StepLayer], targets: List[Dict[str, Tensor]]) -> Tensor:
-        terms = module.forward_sets([MatchedSet(*layer[:3]) for layer in layers], targets)
+        terms = module([MatchedSet(*layer[:3]) for layer in layers], targets)
         return torch.stack([value for set_terms in terms for value in set_terms.values()]).sum()
 
     return loss
@@ -244,10 +245,14 @@ def brl_layer_loss(repo: str, device: str) -> LayerLoss:
 
 
 def ours_set_by_set(module: SetRankingLoss) -> StepLoss:
-    """The sum of the terms of every layer of the step, each layer ranked by its own :meth:`SetRankingLoss.forward`."""
-    return layer_by_layer(
-        lambda logits, boxes, indices, targets, _: sum(module(logits, boxes, indices, targets).values())
-    )
+    """The sum of the terms of every layer of the step, each layer ranked by its own :meth:`SetRankingLoss.forward`
+    call (a list of one)."""
+
+    def layer_loss(logits: Tensor, boxes: Tensor, indices: Indices, targets: List[Dict[str, Tensor]], _) -> Tensor:
+        (terms,) = module([MatchedSet(logits, boxes, indices)], targets)
+        return sum(terms.values())
+
+    return layer_by_layer(layer_loss)
 
 
 def step_runner(step: Step, step_loss: StepLoss, matcher: Optional[Callable], indices: List[Indices]) -> Callable:

@@ -39,9 +39,9 @@ from torch import Tensor
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from alrp_d2.losses import alrp_loss, ap_loss, rank_sort_loss  # noqa: E402
+from alrp_d2 import losses  # noqa: E402
 from benchmarks import loss_memory, train_iter  # noqa: E402
-from benchmarks.reference_losses import REFERENCES, load_reference  # noqa: E402
+from benchmarks.reference_losses import REFERENCES, label_form, load_reference  # noqa: E402
 from tests.d2.test_host_syncs import DETECTORS, count_training_step  # noqa: E402
 
 COCO_LOGITS = 8 * 32_736 * 80
@@ -95,11 +95,12 @@ def rank_sort_targets(labels: Tensor, errors: Tensor) -> Tensor:
 
 
 def our_losses() -> Dict[str, Loss]:
+    alrp, ap, rank_sort = (label_form(losses, loss) for loss in ("alrp", "ap", "rank_sort"))
     return {
-        "aLRP Loss": lambda logits, labels, errors: alrp_loss(logits, labels, errors),
-        "AP Loss": lambda logits, labels, errors: (ap_loss(logits, labels),),
-        "interpolated AP Loss": lambda logits, labels, errors: (ap_loss(logits, labels, eps=None, interpolated=True),),
-        "Rank & Sort Loss": lambda logits, labels, errors: rank_sort_loss(logits, rank_sort_targets(labels, errors)),
+        "aLRP Loss": lambda logits, labels, errors: alrp(logits, labels, errors)[:2],
+        "AP Loss": lambda logits, labels, errors: ap(logits, labels)[:1],
+        "interpolated AP Loss": lambda logits, labels, errors: ap(logits, labels, eps=None, interpolated=True)[:1],
+        "Rank & Sort Loss": lambda logits, labels, errors: rank_sort(logits, rank_sort_targets(labels, errors))[:2],
     }
 
 

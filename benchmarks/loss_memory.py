@@ -16,8 +16,8 @@ the high-water mark is the largest memory the loss held at once (what CUDA's
     python benchmarks/loss_memory.py --logits 4000000 --api labels
     python benchmarks/loss_memory.py --device cuda           # the allocator's peak on the GPU
 
-``--api labels`` is ``alrp_loss(logits, labels, loc_errors)`` with (M,) +1/0/-1 labels,
-``--api indexed`` is ``alrp_loss_indexed(logits, positive_index, loc_errors, valid)`` with a
+``--api labels`` is ``alrp_loss([LabelledSet(logits, labels, loc_errors)])`` with (M,) +1/0/-1 labels,
+``--api indexed`` is ``alrp_loss([RankingSet(logits, positive_index, loc_errors, valid)])`` with a
 per-anchor validity mask, as the detection heads call it.
 """
 
@@ -64,7 +64,7 @@ def _measure(num_logits: int, api: str, device: str) -> Dict[str, float]:
     if api == "labels":
         labels = torch.where(valid, 0, -1).to(torch.int8).expand(anchors, NUM_CLASSES).contiguous().view(-1)
         labels[positives] = 1
-        positives = torch.nonzero(labels == 1).squeeze(1)  # the label API's order of the positives
+        positives = torch.nonzero(labels == 1).squeeze(1)  # a labelled set's order of the positives
         errors = errors[: len(positives)]
     logits, valid, positives, errors = (t.to(device) for t in (logits, valid, positives, errors))
     if api == "labels":
@@ -76,11 +76,10 @@ def _measure(num_logits: int, api: str, device: str) -> Dict[str, float]:
     def step() -> None:
         loc = errors.clone().requires_grad_(True)
         if api == "labels":
-            loss_cls, loss_loc = losses.alrp_loss(logits, labels, loc)
+            terms = losses.alrp_loss([losses.LabelledSet(logits, labels, loc)])
         else:
-            terms = losses.alrp_loss_indexed(logits, positives, loc, valid)
-            loss_cls, loss_loc = terms.loss_cls, terms.loss_loc
-        (loss_cls + loss_loc).backward()
+            terms = losses.alrp_loss([losses.RankingSet(logits, positives, loc, valid)])
+        (terms.loss_cls + terms.loss_loc).backward()
 
     step()  # warm-up
     logits.grad = None

@@ -7,12 +7,12 @@ BRL's bucketed AP Loss and the official loops, on the same inputs in one run.
     BENCH_THREADS=2 python benchmarks/loss_speed.py --cases 4000000:1500 ...   # one case, two threads
     python benchmarks/loss_speed.py --device cuda ...                          # on a GPU
 
-Rows (forward and backward; label API, float32 logits, delta 1):
+Rows (forward and backward; one ranking given by labels, float32 logits, delta 1):
 
-* ``ours``: :func:`alrp_d2.losses.alrp_loss` / :func:`alrp_d2.losses.ap_loss` (interpolated, without a gate:
-  the official APLoss);
-* ``previous``: the same functions of the checkout given by ``--previous-repo``, loaded at run time under
-  another name (``benchmarks/reference_losses.load_previous``);
+* ``ours``: :func:`alrp_d2.losses.alrp_loss` / :func:`alrp_d2.losses.ap_loss` of one ``LabelledSet`` (AP Loss
+  interpolated, without a gate: the official APLoss);
+* ``previous``: the same losses of the checkout given by ``--previous-repo``, loaded at run time under
+  another name (``benchmarks/reference_losses.load_previous``), in its label form (``label_form``);
 * ``BRL``: ``BucketedAPLoss`` of blisgard/BucketedRankingBasedLosses (no aLRP Loss is published there: both
   losses are compared with its AP Loss, which runs the same ranking of every negative against the positives);
 * ``official``: ``aLRPLoss`` / ``APLoss`` of kemaloksuz/aLRPLoss, a Python loop over the positives (run up to
@@ -40,7 +40,7 @@ import os
 import statistics
 import sys
 import time
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, cast
 
 import torch
 from torch import Tensor
@@ -48,8 +48,8 @@ from torch import Tensor
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from alrp_d2.losses import alrp_loss, ap_loss  # noqa: E402  (imported before any memory is measured)
-from benchmarks.reference_losses import load_previous, load_reference  # noqa: E402
+from alrp_d2 import losses as our_losses  # noqa: E402  (imported before any memory is measured)
+from benchmarks.reference_losses import label_form, load_previous, load_reference  # noqa: E402
 
 CASES = ["1000000:500", "4000000:1500", "20000000:1500"]
 IMPLEMENTATIONS = ("ours", "previous", "BRL", "official")
@@ -151,16 +151,13 @@ def one_pass(logits: Tensor) -> Callable[[], Tensor]:
 
 
 def _loss_function(loss: str, implementation: str, repo: Optional[str], device: str) -> Callable:
-    if implementation == "ours":
+    if implementation in ("ours", "previous"):
+        losses = our_losses if implementation == "ours" else load_previous(cast(str, repo))
+        call = label_form(losses, loss)
         if loss == "alrp":
-            return lambda logits, labels, errors: alrp_loss(logits, labels, errors, DELTA)
-        return lambda logits, labels, errors: (ap_loss(logits, labels, DELTA, eps=None, interpolated=True),)
+            return lambda logits, labels, errors: call(logits, labels, errors, delta=DELTA)[:2]
+        return lambda logits, labels, errors: call(logits, labels, delta=DELTA, eps=None, interpolated=True)[:1]
     assert repo is not None
-    if implementation == "previous":
-        previous = load_previous(repo)
-        if loss == "alrp":
-            return lambda logits, labels, errors: previous.alrp_loss(logits, labels, errors, DELTA)
-        return lambda logits, labels, errors: (previous.ap_loss(logits, labels, DELTA, eps=None, interpolated=True),)
     if implementation == "BRL":
         brl = load_reference("ap", "BRL", repo, device)
         return lambda logits, labels, errors: brl(logits, labels, DELTA)

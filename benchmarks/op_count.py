@@ -6,25 +6,25 @@
     python benchmarks/op_count.py --previous-repo /tmp/previous   # another checkout's losses (labelled), as they run
     python benchmarks/op_count.py --detr-sets 1 5 13 --cases        # only the DETR step rows
 
-Prints one line per case, ``<loss> P=<P> ops=<n>`` (loss in alrp, ap, rank_sort), for the path chosen by
-``--path`` (``dense``, the path a CUDA device takes, by default; see :mod:`alrp_d2.losses.ranking_path`), passed to
-the losses on whatever ``--device`` runs them, so that a CPU counts what a GPU would launch. The counter
-(:class:`OperationCounter`) sees every aten operation dispatched inside it, forward and backward, except views
-(``view``, ``reshape`` of a contiguous tensor, slicing, ...) and allocations without a kernel (``empty``,
-``empty_strided``, ``empty_like``), which launch nothing. The inputs are those of ``benchmarks/loss_speed.py`` and
-``benchmarks/rank_sort_speed.py`` (start-of-training logits, 5 % ignored) through the index API, as the detection
-heads call the losses: aLRP Loss with delta 1, AP Loss interpolated as the official one, Rank & Sort Loss with
-delta 0.5. ``tests/test_ranking_path.py`` asserts the bounds of the dense path with this counter. ``--previous-repo``
-counts the losses of another checkout of this project (``git archive REV | tar -x -C DIR``), loaded under another
-name (``benchmarks/reference_losses.load_previous``), on whatever path it takes on ``--device``.
+Prints one line per case, ``<loss> P=<P> ops=<n>`` (loss in alrp, ap, rank_sort), for the path chosen by ``--path``
+(``dense``, the path a CUDA device takes, by default; see :mod:`alrp_d2.losses.ranking_path`), passed to the losses on
+whatever ``--device`` runs them, so that a CPU counts what a GPU would launch. The counter (:class:`OperationCounter`)
+sees every aten operation dispatched inside it, forward and backward, except views (``view``, ``reshape`` of a
+contiguous tensor, slicing, ...) and allocations without a kernel (``empty``, ``empty_strided``, ``empty_like``), which
+launch nothing. The inputs are those of ``benchmarks/loss_speed.py`` and ``benchmarks/rank_sort_speed.py``
+(start-of-training logits, 5 % ignored) as the detection heads give them (one ``RankingSet``): aLRP Loss with delta 1,
+AP Loss interpolated as the official one, Rank & Sort Loss with delta 0.5. ``tests/test_ranking_path.py`` asserts the
+bounds of the dense path with this counter. ``--previous-repo`` counts the losses of another checkout of this project
+(``git archive REV | tar -x -C DIR``), loaded under another name (``benchmarks/reference_losses.load_previous``), on
+whatever path it takes on ``--device``.
 
 ``detr_step sets=<S> ops=<n> loss=<loss>``: one DETR training step's ranking loss over S sets in one call
-(``alrp_d2.losses.*_loss_sets`` with ``path="dense"``, the segmented ranking, which every device but the CPU takes):
-sets of 4 images x 300 queries x 80 classes with 32 positives, every third a denoising set of 4 x 200 queries with
-160 positives (``--detr-sets``, 13 by default, as D-FINE's). The count should not depend on S.
+(``alrp_d2.losses.*_loss`` of S ``RankingSet`` with ``path="dense"``, the segmented ranking, which every device but the
+CPU takes): sets of 4 images x 300 queries x 80 classes with 32 positives, every third a denoising set of 4 x 200
+queries with 160 positives (``--detr-sets``, 13 by default, as D-FINE's). The count should not depend on S.
 
 ``detr_adapter sets=<S> ops=<n> loss=<loss> path=<path>``: the same step through the DETR adapter,
-``SetRankingLoss.forward_sets`` with its set-prediction criterion and value-balanced box terms (what
+``SetRankingLoss.forward`` with its set-prediction criterion and value-balanced box terms (what
 ``use_ranking_loss`` runs after the matching): every set's matched pairs validated, its box terms and positives, then
 one ranking call for all sets. The criterion takes the path of ``--device`` (``scan`` on the CPU, ``dense`` elsewhere);
 the per-set work makes this count grow with S.
@@ -50,7 +50,7 @@ if ROOT not in sys.path:
 from alrp_d2 import losses as our_losses  # noqa: E402
 from alrp_d2.detr import MatchedSet, SetRankingLoss, set_prediction_criterion  # noqa: E402
 from alrp_d2.losses.ranking_path import PATHS  # noqa: E402
-from benchmarks.reference_losses import load_previous  # noqa: E402
+from benchmarks.reference_losses import index_form, load_previous  # noqa: E402
 
 aten = torch.ops.aten
 
@@ -109,17 +109,19 @@ def loss_call(
     drives the logits) on ``path`` (None: the losses' default, by device)."""
     options = {} if path is None else {"path": path}
 
+    call = index_form(losses, loss)
+
     def run() -> None:
         leaf = logits.detach().requires_grad_(True)
         if loss == "alrp":
             errors = targets.detach().requires_grad_(True)
-            terms = losses.alrp_loss_indexed(leaf, positives, errors, valid, delta=1.0, **options)
-            (terms.loss_cls + terms.loss_loc).backward()
+            loss_cls, loss_loc, *_ = call(leaf, positives, errors, valid, delta=1.0, **options)
+            (loss_cls + loss_loc).backward()
         elif loss == "ap":
-            losses.ap_loss_indexed(leaf, positives, valid, eps=None, interpolated=True, **options).loss.backward()
+            call(leaf, positives, None, valid, eps=None, interpolated=True, **options)[0].backward()
         else:
-            terms = losses.rank_sort_loss_indexed(leaf, positives, targets, valid, delta=0.5, **options)
-            (terms.ranking_loss + terms.sorting_loss).backward()
+            ranking_loss, sorting_loss, *_ = call(leaf, positives, targets, valid, delta=0.5, **options)
+            (ranking_loss + sorting_loss).backward()
 
     return run
 
@@ -161,12 +163,12 @@ def count_detr_step(loss: str, num_sets: int, device: str = "cpu") -> OperationC
         if loss == "alrp":
             errors = [ranking_set.positive_values.detach().requires_grad_(True) for ranking_set in leaves]
             with_errors = [ranking_set._replace(positive_values=error) for ranking_set, error in zip(leaves, errors)]
-            terms = our_losses.alrp_loss_sets(with_errors, delta=1.0, path="dense")
+            terms = our_losses.alrp_loss(with_errors, delta=1.0, path="dense")
             (terms.loss_cls + terms.loss_loc).sum().backward()
         elif loss == "ap":
-            our_losses.ap_loss_sets(leaves, eps=None, interpolated=True, path="dense").loss.sum().backward()
+            our_losses.ap_loss(leaves, eps=None, interpolated=True, path="dense").loss.sum().backward()
         else:
-            rank_sort = our_losses.rank_sort_loss_sets(leaves, delta=0.5, path="dense")
+            rank_sort = our_losses.rank_sort_loss(leaves, delta=0.5, path="dense")
             (rank_sort.ranking_loss + rank_sort.sorting_loss).sum().backward()
 
     run()
@@ -198,7 +200,7 @@ def detr_adapter_inputs(num_sets: int, device: str) -> Tuple[List[MatchedSet], L
 
 
 def count_detr_adapter(loss: str, num_sets: int, device: str = "cpu") -> OperationCounter:
-    """The operations of one forward and backward of :class:`SetRankingLoss.forward_sets` of ``loss``'s criterion
+    """The operations of one forward and backward of :meth:`SetRankingLoss.forward` of ``loss``'s criterion
     over the sets of :func:`detr_adapter_inputs`, after one uncounted warm-up call."""
     criterion = {"alrp": "AlrpCriterion", "ap": "InterpolatedAPCriterion", "rank_sort": "RankSortCriterion"}[loss]
     set_loss = SetRankingLoss(set_prediction_criterion(criterion))
@@ -211,7 +213,7 @@ def count_detr_adapter(loss: str, num_sets: int, device: str = "cpu") -> Operati
             )
             for s in sets
         ]
-        terms = set_loss.forward_sets(leaves, targets)
+        terms = set_loss(leaves, targets)
         torch.stack([value for set_terms in terms for value in set_terms.values()]).sum().backward()
 
     run()

@@ -8,9 +8,9 @@ project, the official loop and BRL's bucketed version, on the same inputs in one
 
 Rows (forward + backward of the ranking output, which carries the whole score gradient):
 
-* ``ours``: :func:`alrp_d2.losses.rank_sort_loss` (computes in float64);
-* ``previous``: the same function of the checkout given by ``--previous-repo``, loaded at run time under
-  another name (``benchmarks/reference_losses.load_previous``);
+* ``ours``: :func:`alrp_d2.losses.rank_sort_loss` of one ``LabelledSet`` (computes in float64);
+* ``previous``: the same loss of the checkout given by ``--previous-repo``, loaded at run time under
+  another name (``benchmarks/reference_losses.load_previous``), in its label form (``label_form``);
 * ``official``: ``RankSort`` of kemaloksuz/RankSortLoss (``mmdet/models/losses/ranking_losses.py``),
   a Python loop over the positives;
 * ``BRL``: ``BucketedRankSort`` of blisgard/BucketedRankingBasedLosses (same path), which replaces
@@ -42,14 +42,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Callable, Dict, Optional, Tuple
+from typing import Callable, Dict, Optional, Tuple, cast
 
 import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from alrp_d2.losses import rank_sort_loss  # noqa: E402  (imported before any memory is measured)
+from alrp_d2 import losses as our_losses  # noqa: E402  (imported before any memory is measured)
 from benchmarks.loss_speed import (  # noqa: E402
     in_fresh_process,
     load_average,
@@ -61,7 +61,7 @@ from benchmarks.loss_speed import (  # noqa: E402
     set_threads,
     synchronise,
 )
-from benchmarks.reference_losses import RANKING_LOSSES_FILE, load_previous, load_reference  # noqa: E402
+from benchmarks.reference_losses import RANKING_LOSSES_FILE, label_form, load_previous, load_reference  # noqa: E402
 from tests.loop_reference import rank_sort_loss_loop  # noqa: E402
 
 CASES = ["1000000:500", "4000000:1500", "20000000:1500"]
@@ -81,11 +81,10 @@ def make_inputs(num_logits: int, num_positives: int, device: str, seed: int = 0)
 
 def _loss_function(method: str, repo: Optional[str], device: str) -> Callable:
     """``f(logits, targets, delta) -> (ranking_loss, sorting_loss)`` of one row."""
-    if method == "ours":
-        return rank_sort_loss
+    if method in ("ours", "previous"):
+        call = label_form(our_losses if method == "ours" else load_previous(cast(str, repo)), "rank_sort")
+        return lambda logits, targets, delta: call(logits, targets, delta=delta)[:2]
     assert repo is not None
-    if method == "previous":
-        return load_previous(repo).rank_sort_loss
     return load_reference("rank_sort", method, repo, device)
 
 

@@ -1,12 +1,13 @@
 """The published loss functions of other implementations, loaded at run time for side-by-side
 benchmarks: the official aLRP Loss and AP Loss loops (kemaloksuz/aLRPLoss), the official Rank & Sort
 Loss loop (kemaloksuz/RankSortLoss) and BRL's bucketed losses (blisgard/BucketedRankingBasedLosses);
-and the losses of another checkout of this project (the previous implementation).
+and the losses of another checkout of this project (the previous implementation), called in the label or index form
+whatever API that checkout has (:func:`label_form`, :func:`index_form`).
 
 None of their code is part of this project: each file is loaded from the repository path given on
 the command line, with ``Tensor.cuda()`` redirected to the benchmark's device (the official
 functions allocate with ``.cuda()``) and mmdetection's ``LOSSES`` registry served by a stub (BRL's
-file registers its losses). Each returned function takes what our label API takes (+1/0/-1
+file registers its losses). Each returned function takes what our labelled sets take (+1/0/-1
 labels, or continuous targets for Rank & Sort Loss) and returns the outputs to backpropagate.
 """
 
@@ -16,12 +17,12 @@ import importlib.util
 import os
 import sys
 import types
-from typing import Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import torch
 from torch import Tensor
 
-__all__ = ["REFERENCES", "load_previous", "load_reference"]
+__all__ = ["REFERENCES", "index_form", "label_form", "load_previous", "load_reference"]
 
 ALRP_REPO_FILES = {"alrp": "mmdet/models/losses/alrp_loss.py", "ap": "mmdet/models/losses/ap_loss.py"}
 RANKING_LOSSES_FILE = "mmdet/models/losses/ranking_losses.py"
@@ -88,6 +89,39 @@ def load_previous(repo: str) -> types.ModuleType:
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def label_form(losses: types.ModuleType, loss: str) -> Callable[..., Tuple[Tensor, ...]]:
+    """``f(logits, labels, *errors, **options)``: the outputs of ``loss`` ("alrp", "ap", "rank_sort") of a checkout's
+    ``alrp_d2.losses`` (this one's, or :func:`load_previous`'s) on one ranking given by (M,) labels (Rank & Sort
+    Loss: its continuous targets), as scalars: one ``LabelledSet`` in a list of one, or, in a checkout without it,
+    the label function of the same name."""
+    function = getattr(losses, f"{loss}_loss")
+    if not hasattr(losses, "LabelledSet"):
+        return lambda logits, labels, *errors, **options: _outputs(function(logits, labels, *errors, **options))
+    return lambda logits, labels, *errors, **options: tuple(
+        field.squeeze(0) for field in function([losses.LabelledSet(logits, labels, *errors)], **options)
+    )
+
+
+def _outputs(result: Any) -> Tuple[Tensor, ...]:
+    """A label function's result as a tuple (AP Loss's is one tensor)."""
+    return (result,) if isinstance(result, Tensor) else tuple(result)
+
+
+def index_form(losses: types.ModuleType, loss: str) -> Callable[..., Tuple[Tensor, ...]]:
+    """``f(logits, positive_index, positive_values, valid, **options)``: the outputs of ``loss`` of a checkout's
+    ``alrp_d2.losses`` on one ranking given as the detection heads give it, as scalars: one ``RankingSet`` in a list
+    of one, or, in a checkout without ``LabelledSet``, the ``*_loss_indexed`` function (AP Loss takes no values)."""
+    if not hasattr(losses, "LabelledSet"):
+        indexed = getattr(losses, f"{loss}_loss_indexed")
+        if loss == "ap":
+            return lambda logits, index, values, valid, **options: tuple(indexed(logits, index, valid, **options))
+        return lambda logits, index, values, valid, **options: tuple(indexed(logits, index, values, valid, **options))
+    function = getattr(losses, f"{loss}_loss")
+    return lambda logits, index, values, valid, **options: tuple(
+        field.squeeze(0) for field in function([losses.RankingSet(logits, index, values, valid)], **options)
+    )
 
 
 def load_reference(loss: str, implementation: str, repo: str, device: str) -> Callable[..., Tuple[Tensor, ...]]:

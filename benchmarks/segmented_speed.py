@@ -1,5 +1,6 @@
 """Speed of the ranking losses over the sets of one DETR training step: all sets in one call (the segmented ranking,
-``alrp_d2.losses.*_loss_sets``) against one call per set, on both paths, forward and backward.
+``alrp_d2.losses.*_loss`` of all the sets) against one call per set (a list of one), on both paths, forward and
+backward.
 
     python benchmarks/segmented_speed.py                          # 13 sets, Rank & Sort Loss, on the CPU
     python benchmarks/segmented_speed.py --sets 5 13 --losses rank_sort alrp ap --device cuda
@@ -39,24 +40,22 @@ ROWS = {
 
 def step(loss: str, sets: List[losses.RankingSet], mode: str, path: str, device: str) -> Callable[[], None]:
     """One forward and backward of ``loss`` over ``sets``: in one call (``mode`` "sets") or one call per set."""
-    calls = {
-        "alrp": (losses.alrp_loss_sets, losses.alrp_loss_indexed, {"delta": 1.0}),
-        "ap": (losses.ap_loss_sets, losses.ap_loss_indexed, {"eps": None, "interpolated": True}),
-        "rank_sort": (losses.rank_sort_loss_sets, losses.rank_sort_loss_indexed, {"delta": 0.5}),
-    }
-    in_one_call, single, options = calls[loss]
+    function, options = {
+        "alrp": (losses.alrp_loss, {"delta": 1.0}),
+        "ap": (losses.ap_loss, {"eps": None, "interpolated": True}),
+        "rank_sort": (losses.rank_sort_loss, {"delta": 0.5}),
+    }[loss]
 
     def run() -> None:
         leaves = [s._replace(logits=s.logits.detach().requires_grad_(True)) for s in sets]
         if mode == "sets":
-            terms = in_one_call(leaves, path=path, **options)
+            terms = function(leaves, path=path, **options)
             total = sum(getattr(terms, field).sum() for field in terms._fields[:2])
         else:
             total = 0
             for s in leaves:
-                values = () if loss == "ap" else (s.positive_values,)
-                terms = single(s.logits, s.positive_index, *values, s.valid, path=path, **options)
-                total = total + sum(getattr(terms, field) for field in terms._fields[:2])
+                terms = function([s], path=path, **options)
+                total = total + sum(getattr(terms, field).sum() for field in terms._fields[:2])
         total.backward()
         if device == "cuda":
             torch.cuda.synchronize()

@@ -1,29 +1,32 @@
 """The sets of one DETR training step for the one-call ranking's tests: decoder layers, a denoising set, a set
 without a matched pair and an empty set (no query), all of the same images and targets; and the criteria ranked set
-by set (a criterion without the one-call variant: :meth:`RankingCriterion.rank_sets`'s per-set default)."""
+by set (one call of the criterion a set, each set one ranking: no segmented ranking)."""
 
 from __future__ import annotations
 
-from typing import Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 import torch
 from torch import Tensor
 
-from alrp_d2.criteria import RankingCriterion
+from alrp_d2.criteria import CriterionOutput, CriterionSet, RankingCriterion
 from alrp_d2.detr import MatchedSet, SetRankingLoss, set_prediction_criterion
 
 from .detr_cases import Layer, make_layer
 
-#: The criteria with a one-call variant, by registered name.
+#: The registered criteria, by name.
 CRITERIA = ("RankSortCriterion", "AlrpCriterion", "APCriterion", "InterpolatedAPCriterion")
 
 
 def per_set(criterion: RankingCriterion) -> RankingCriterion:
-    """``criterion`` as an instance of a subclass without the one-call variant: ranked set by set through its
-    ``__call__`` (the base class's :meth:`~RankingCriterion.rank_sets`)."""
-    per_set_class = type(
-        f"PerSet{type(criterion).__name__}", (type(criterion),), {"rank_sets": RankingCriterion.rank_sets}
-    )
+    """``criterion`` as an instance of a subclass that ranks set by set: its ``__call__`` calls the criterion's own
+    once a set, with a list of one."""
+    parent = type(criterion)
+
+    def one_by_one(self: RankingCriterion, sets: Sequence[CriterionSet], group: Any) -> List[CriterionOutput]:
+        return [output for ranking_set in sets for output in parent.__call__(self, [ranking_set], group)]
+
+    per_set_class = type(f"PerSet{parent.__name__}", (parent,), {"__call__": one_by_one})
     ranked = per_set_class.__new__(per_set_class)
     ranked.__dict__.update(vars(criterion))
     return ranked
@@ -91,7 +94,7 @@ def step_part(sets: Sequence[MatchedSet], targets: Sequence[Dict[str, Tensor]], 
 
 
 def ranked_step(sets: Sequence[MatchedSet], targets, criterion: RankingCriterion, **options) -> List[Dict[str, Tensor]]:
-    """Per set, its terms of ``SetRankingLoss(criterion, **options).forward_sets`` and the gradients of the sum of all
+    """Per set, its terms of ``SetRankingLoss(criterion, **options)(sets, targets)`` and the gradients of the sum of all
     terms with respect to its ``logits`` and ``pred_boxes`` (keys ``logits``, ``boxes``), detached; the last set's
     also the values of :meth:`SetRankingLoss.take_statistics` (keys ``statistics.<name>``)."""
     loss = SetRankingLoss(criterion, **options)
@@ -99,7 +102,7 @@ def ranked_step(sets: Sequence[MatchedSet], targets, criterion: RankingCriterion
         s._replace(logits=s.logits.clone().requires_grad_(True), pred_boxes=s.pred_boxes.clone().requires_grad_(True))
         for s in sets
     ]
-    terms = loss.forward_sets(leaves, targets)
+    terms = loss(leaves, targets)
     inputs = [tensor for s in leaves for tensor in (s.logits, s.pred_boxes)]
     total = sum(value for set_terms in terms for value in set_terms.values())
     grads = torch.autograd.grad(total, inputs, materialize_grads=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TypeVar, cast
+
 import torch
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
@@ -10,6 +12,8 @@ DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 # on the same inputs and two of them within 2^-23 (1.2e-7) plus their float64 difference (the float64 tolerance):
 # 1e-5 is above that bound on any CPU, not a rounding measured on one (measured here: <= 1.2e-7, 2-core AMD EPYC).
 TOLERANCE = {torch.float64: 1e-6, torch.float32: 1e-5}
+
+Terms = TypeVar("Terms", bound=tuple)
 
 
 def assert_relative(actual: torch.Tensor, expected: torch.Tensor, rtol: float) -> None:
@@ -35,3 +39,8 @@ def random_case(seed: int, dtype: torch.dtype, device: str):
     errors = torch.rand(num_pos, generator=gen, dtype=torch.float64) * 2.0
     delta = [1.0, 0.5, 0.01, 2.5][seed % 4]
     return logits.to(dtype).to(device), labels.to(device), errors.to(dtype).to(device), delta
+
+
+def only_set(terms: Terms) -> Terms:
+    """A ranking loss's result over one set (every field of shape (1,)), its fields as that set's scalars."""
+    return cast(Terms, type(terms)(*(field.squeeze(0) for field in terms)))

@@ -7,26 +7,20 @@ from typing import Dict, List, Sequence
 
 import torch
 
-from alrp_d2.losses import (
-    RankingSet,
-    alrp_loss_indexed,
-    alrp_loss_sets,
-    ap_loss_indexed,
-    ap_loss_sets,
-    rank_sort_loss_indexed,
-    rank_sort_loss_sets,
-)
+from alrp_d2.losses import RankingSet, alrp_loss, ap_loss, rank_sort_loss
+
+from .ranking_cases import only_set
 
 #: (queries, positives) of every set of a step with 2 images: main sets, a denoising set (more positives), an empty
 #: set and a set without positives.
 SHAPES = [(6, 4), (4, 7), (0, 0), (5, 0), (6, 3)]
-#: name -> (the one call over all sets, the call of one set, its differentiated components, keyword arguments).
+#: name -> (the loss, its differentiated components, keyword arguments).
 LOSSES: Dict[str, tuple] = {
-    "alrp": (alrp_loss_sets, alrp_loss_indexed, ("loss_cls", "loss_loc"), {"delta": 0.5}),
-    "ap": (ap_loss_sets, ap_loss_indexed, ("loss",), {"delta": 1.0}),
-    "ap_interpolated": (ap_loss_sets, ap_loss_indexed, ("loss",), {"delta": 1.0, "eps": None, "interpolated": True}),
-    "rank_sort": (rank_sort_loss_sets, rank_sort_loss_indexed, ("ranking_loss",), {"delta": 0.5}),
-    "rank_sort_unit_step": (rank_sort_loss_sets, rank_sort_loss_indexed, ("ranking_loss",), {"delta": 0.0}),
+    "alrp": (alrp_loss, ("loss_cls", "loss_loc"), {"delta": 0.5}),
+    "ap": (ap_loss, ("loss",), {"delta": 1.0}),
+    "ap_interpolated": (ap_loss, ("loss",), {"delta": 1.0, "eps": None, "interpolated": True}),
+    "rank_sort": (rank_sort_loss, ("ranking_loss",), {"delta": 0.5}),
+    "rank_sort_unit_step": (rank_sort_loss, ("ranking_loss",), {"delta": 0.0}),
 }
 
 
@@ -60,15 +54,15 @@ def leaves(sets: Sequence[RankingSet]) -> List[RankingSet]:
 
 
 def single_call(name: str, ranking_set: RankingSet, **options) -> tuple:
-    """The loss ``name`` of one set through the index API."""
-    _, single, _, kwargs = LOSSES[name]
-    values = () if name.startswith("ap") else (ranking_set.positive_values,)
-    return single(ranking_set.logits, ranking_set.positive_index, *values, ranking_set.valid, **kwargs, **options)
+    """The loss ``name`` of one set (a list of one: one ranking), its values as scalars."""
+    loss, _, kwargs = LOSSES[name]
+    return only_set(loss([ranking_set], **kwargs, **options))
 
 
 def one_call(name: str, sets: Sequence[RankingSet], **options) -> tuple:
-    segmented, _, _, kwargs = LOSSES[name]
-    return segmented(sets, **kwargs, **options)
+    """The loss ``name`` of all ``sets`` in one call (the segmented ranking)."""
+    loss, _, kwargs = LOSSES[name]
+    return loss(sets, **kwargs, **options)
 
 
 def weighted_backward(terms: tuple, components: Sequence[str], weights: torch.Tensor) -> None:

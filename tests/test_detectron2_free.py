@@ -26,7 +26,7 @@ import torch
 
 import alrp_d2
 import alrp_d2.losses
-from alrp_d2.criteria import RANKING_CRITERION_REGISTRY, PositiveTargets, RowLabels
+from alrp_d2.criteria import RANKING_CRITERION_REGISTRY, CriterionSet, PositiveTargets, RowLabels
 
 assert "detectron2" not in sys.modules, sorted(name for name in sys.modules if name.startswith("detectron2"))
 
@@ -68,7 +68,7 @@ for name, arguments in built.items():
     source = Boxes()
     logits = torch.tensor([[2.0, -1.0], [0.5, 1.5], [-0.5, 0.3]], requires_grad=True)
     targets = criterion.targets(rows, source)
-    output = criterion(logits, targets, criterion.localisation_losses(targets.box, source), None)
+    (output,) = criterion([CriterionSet(logits, targets, criterion.localisation_losses(targets.box, source))], None)
     (output.loss_cls + output.loss_loc).backward()
     assert torch.isfinite(output.loss_cls) and output.loss_cls > 0, (name, output)
     assert logits.grad is not None and logits.grad.abs().sum() > 0, name

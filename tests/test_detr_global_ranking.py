@@ -10,14 +10,14 @@ from typing import Dict, List
 import pytest
 import torch
 
-from alrp_d2.detr import SetRankingLoss, set_prediction_criterion
+from alrp_d2.detr import MatchedSet, SetRankingLoss, set_prediction_criterion
 
 from .detr_cases import Layer, make_layer, part
 from .detr_step_cases import per_set_criterion, ranked_step, step_part, step_sets
 from .distributed_cases import spawn_workers
 
 WORLD_SIZE = 2
-#: A step's sets ranked in one call (``SetRankingLoss.forward_sets``): the images and worker 0's share.
+#: A step's sets ranked in one call of ``SetRankingLoss``: the images and worker 0's share.
 STEP = (dict(seed=3, num_targets=[3, 2, 0, 1]), 2)
 #: (layer, the images of worker 0), the rest are worker 1's: a worker without objects, uneven shares, denoising groups.
 LAYERS = [
@@ -41,7 +41,7 @@ def run(layer: Layer, options: Dict, ranking: str) -> Dict[str, torch.Tensor]:
     loss = SetRankingLoss(set_prediction_criterion(options.pop("criterion")), ranking=ranking, **options)
     logits = layer.logits.clone().requires_grad_(True)
     pred_boxes = layer.pred_boxes.clone().requires_grad_(True)
-    losses = loss(logits, pred_boxes, layer.indices, layer.targets)
+    (losses,) = loss([MatchedSet(logits, pred_boxes, layer.indices)], layer.targets)
     logits_grad, boxes_grad = torch.autograd.grad(sum(losses.values()), [logits, pred_boxes])
     return {**{name: value.detach() for name, value in losses.items()}, "logits": logits_grad, "boxes": boxes_grad}
 
@@ -64,7 +64,7 @@ def _worker(rank: int, world_size: int, out_dir: str) -> None:
         layer = layer._replace(indices=[(torch.tensor([99]), torch.tensor([0])), layer.indices[1]])
     try:
         SetRankingLoss(set_prediction_criterion("RankSortCriterion"), ranking="global")(
-            layer.logits, layer.pred_boxes, layer.indices, layer.targets
+            [MatchedSet(layer.logits, layer.pred_boxes, layer.indices)], layer.targets
         )
         results.append("no error")
     except (ValueError, FloatingPointError) as error:

@@ -1,7 +1,7 @@
-"""``SetRankingLoss.forward_sets``: every set of a DETR step ranked by one criterion call (the segmented ranking)
-equals the sets ranked one by one through the criterion's own call, values and gradients in float64 to 1e-6, for
-each criterion with a one-call variant, with decoder layers, a denoising set, a set without a matched pair and a set
-without a query; a criterion without the variant is called once per set; its outputs are checked."""
+"""``SetRankingLoss``: every set of a DETR step ranked by one criterion call (the segmented ranking) equals the sets
+ranked one by one (a call a set), values and gradients in float64 to 1e-6, for each criterion, with decoder layers, a
+denoising set, a set without a matched pair and a set without a query; a user's criterion that overrides ``__call__``
+ranks every set; its outputs are checked."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from alrp_d2.criteria import RankSortCriterion
 from alrp_d2.criteria.output_check import CriterionOutputError
 from alrp_d2.detr import SetRankingLoss, set_prediction_criterion
 
-from .detr_step_cases import CRITERIA, per_set, per_set_criterion, step_sets
+from .detr_step_cases import CRITERIA, step_sets
+from .user_criteria import zeroed
 
 #: The loss options each criterion is checked with (every box_terms mode but "model" is seen at least once).
 OPTIONS = {
@@ -48,10 +49,10 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor) -> None:
 def test_one_call_equals_the_sets_ranked_one_by_one(name, options, num_targets):
     sets, first = step_sets(seed=3, num_targets=num_targets)
     one_call = SetRankingLoss(set_prediction_criterion(name), **options)
-    by_set = SetRankingLoss(per_set_criterion(name), **options)
+    by_set = SetRankingLoss(set_prediction_criterion(name), **options)
     ours, theirs = leaves(sets), leaves(sets)
-    terms = one_call.forward_sets(ours, first.targets)
-    expected = [by_set(*s, first.targets) for s in theirs]
+    terms = one_call(ours, first.targets)
+    expected = [set_terms for s in theirs for set_terms in by_set([s], first.targets)]
     assert [sorted(t) for t in terms] == [sorted(t) for t in expected]
     for set_terms, set_expected in zip(terms, expected):
         for key, value in set_expected.items():
@@ -68,35 +69,50 @@ def test_one_call_equals_the_sets_ranked_one_by_one(name, options, num_targets):
         assert float(terms[0]["loss_rank"].detach()) > 0 and float(terms[-1]["loss_rank"].detach()) > 0
 
 
-def test_a_criterion_without_the_one_call_variant_is_called_once_per_set():
+def test_the_criterion_a_user_overrides_ranks_every_set_in_one_call():
     calls = []
 
     class Counted(RankSortCriterion):
-        def __call__(self, *args):  # type: ignore[override]
-            calls.append(len(args[0]))
-            return super().__call__(*args)
+        def __call__(self, sets, group):  # type: ignore[override]
+            calls.append(len(sets))
+            return super().__call__(sets, group)
 
     sets, first = step_sets(seed=1, num_targets=[2, 1])
-    SetRankingLoss(per_set(Counted(loc_error_kind="giou"))).forward_sets(sets, first.targets)
-    assert len(calls) == len(sets)
-    calls.clear()
-    SetRankingLoss(Counted(loc_error_kind="giou")).forward_sets(sets, first.targets)
-    assert calls == []
+    SetRankingLoss(Counted(loc_error_kind="giou"))(sets, first.targets)
+    SetRankingLoss(Counted(loc_error_kind="giou"))(sets[:1], first.targets)
+    assert calls == [len(sets), 1]
+    stock = SetRankingLoss(RankSortCriterion(loc_error_kind="giou"))(sets, first.targets)
+    zeroed_terms = SetRankingLoss(zeroed(RankSortCriterion(loc_error_kind="giou")))(sets, first.targets)
+    assert float(stock[0]["loss_rank"]) > 0
+    assert all(float(set_terms["loss_rank"]) == 0 for set_terms in zeroed_terms)
+    assert float(zeroed_terms[0]["loss_bbox"]) == 0  # value-balanced to the zeroed ranking loss, as the stock one's
 
 
-def test_the_one_call_outputs_are_checked():
+def test_the_outputs_are_checked():
     class OneShort(RankSortCriterion):
-        def rank_sets(self, sets, group):  # type: ignore[override]
-            return super().rank_sets(sets, group)[:-1]
+        def __call__(self, sets, group):  # type: ignore[override]
+            return super().__call__(sets, group)[:-1]
 
     sets, first = step_sets(seed=1, num_targets=[2, 1])
-    with pytest.raises(CriterionOutputError, match=r"OneShort returned a list of 4 from rank_sets of 5 sets"):
-        SetRankingLoss(OneShort(loc_error_kind="giou")).forward_sets(sets, first.targets)
+    with pytest.raises(CriterionOutputError, match=r"OneShort returned a list of 4 for 5 sets"):
+        SetRankingLoss(OneShort(loc_error_kind="giou"))(sets, first.targets)
 
     class Detached(RankSortCriterion):
-        def rank_sets(self, sets, group):  # type: ignore[override]
-            return [output._replace(loss_cls=output.loss_cls.detach()) for output in super().rank_sets(sets, group)]
+        def __call__(self, sets, group):  # type: ignore[override]
+            return [output._replace(loss_cls=output.loss_cls.detach()) for output in super().__call__(sets, group)]
+
+    class Vector(RankSortCriterion):
+        def __call__(self, sets, group):  # type: ignore[override]
+            return [output._replace(loss_cls=output.loss_cls.reshape(1)) for output in super().__call__(sets, group)]
+
+    class Untyped(RankSortCriterion):
+        def __call__(self, sets, group):  # type: ignore[override]
+            return [output._replace(statistics={}) for output in super().__call__(sets, group)]
 
     with pytest.raises(CriterionOutputError, match="Detached returned loss_cls without a gradient"):
-        SetRankingLoss(Detached(loc_error_kind="giou")).forward_sets(leaves(sets), first.targets)
-    assert SetRankingLoss(RankSortCriterion(loc_error_kind="giou")).forward_sets([], first.targets) == []
+        SetRankingLoss(Detached(loc_error_kind="giou"))(leaves(sets), first.targets)
+    with pytest.raises(CriterionOutputError, match=r"Vector returned loss_cls as a tensor of shape \(1,\)"):
+        SetRankingLoss(Vector(loc_error_kind="giou"))(sets, first.targets)
+    with pytest.raises(CriterionOutputError, match="Untyped returned statistics as a dict: it must be"):
+        SetRankingLoss(Untyped(loc_error_kind="giou"))(sets, first.targets)
+    assert SetRankingLoss(RankSortCriterion(loc_error_kind="giou"))([], first.targets) == []

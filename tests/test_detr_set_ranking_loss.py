@@ -15,7 +15,7 @@ from torchvision.ops import generalized_box_iou
 
 from alrp_d2.criteria import RankSortCriterion
 from alrp_d2.criteria.output_check import CriterionOutputError
-from alrp_d2.detr import SetRankingLoss, set_prediction_criterion
+from alrp_d2.detr import MatchedSet, SetRankingLoss, set_prediction_criterion
 from alrp_d2.detr.matched_queries import floored_iou_giou
 from alrp_d2.losses import NonFiniteInputError
 
@@ -37,7 +37,7 @@ CASES = {
 def ours(layer: Layer, loss: SetRankingLoss):
     logits = layer.logits.clone().requires_grad_(True)
     pred_boxes = layer.pred_boxes.clone().requires_grad_(True)
-    losses = loss(logits, pred_boxes, layer.indices, layer.targets)
+    (losses,) = loss([MatchedSet(logits, pred_boxes, layer.indices)], layer.targets)
     logits_grad, boxes_grad = torch.autograd.grad(sum(losses.values()), [logits, pred_boxes])
     return losses, logits_grad, boxes_grad
 
@@ -150,7 +150,7 @@ def test_no_matched_pair_gives_zeros_connected_to_the_inputs():
 
 
 def test_an_empty_batch_and_int32_indices_and_labels():
-    empty = rank_sort_loss()(torch.zeros(0, 5, 3), torch.zeros(0, 5, 4), [], [])
+    (empty,) = rank_sort_loss()([MatchedSet(torch.zeros(0, 5, 3), torch.zeros(0, 5, 4), [])], [])
     assert sorted(empty) == ["loss_bbox", "loss_giou", "loss_rank"] and all(float(v) == 0 for v in empty.values())
     layer = make_layer(seed=1, num_targets=[3, 2])
     targets = [{"class_labels": t["class_labels"].int(), "boxes": t["boxes"]} for t in layer.targets]
@@ -208,7 +208,8 @@ def bad_inputs() -> Dict[str, tuple]:
 def test_bad_input_raises_naming_the_argument_and_shapes(message):
     expected = NonFiniteInputError if "NaN" in message else ValueError
     with pytest.raises(expected, match=message.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")):
-        rank_sort_loss()(*bad_inputs()[message])
+        logits, boxes, indices, targets = bad_inputs()[message]
+        rank_sort_loss()([MatchedSet(logits, boxes, indices)], targets)
 
 
 def test_the_criterions_output_is_checked_and_its_statistics_recorded():
@@ -262,13 +263,13 @@ class Blocked(importlib.abc.MetaPathFinder):
 sys.meta_path.insert(0, Blocked())
 import torch
 
-from alrp_d2.detr import SetRankingLoss, set_prediction_criterion
+from alrp_d2.detr import MatchedSet, SetRankingLoss, set_prediction_criterion
 
 logits = torch.randn(2, 4, 3, requires_grad=True)
 boxes = torch.rand(2, 4, 4) * 0.5 + 0.2
 targets = [{"class_labels": torch.tensor([1]), "boxes": torch.tensor([[0.4, 0.4, 0.3, 0.3]])}] * 2
 indices = [(torch.tensor([2]), torch.tensor([0])), (torch.tensor([0]), torch.tensor([0]))]
-losses = SetRankingLoss(set_prediction_criterion("RankSortCriterion"))(logits, boxes, indices, targets)
+(losses,) = SetRankingLoss(set_prediction_criterion("RankSortCriterion"))([MatchedSet(logits, boxes, indices)], targets)
 sum(losses.values()).backward()
 assert sorted(losses) == ["loss_bbox", "loss_giou", "loss_rank"] and logits.grad.abs().sum() > 0
 print("ok")

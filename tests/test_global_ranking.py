@@ -11,22 +11,25 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from alrp_d2.losses import NonFiniteInputError, alrp_loss_terms, ap_loss_terms
+from alrp_d2.losses import LabelledSet, NonFiniteInputError, alrp_loss, ap_loss
 from alrp_d2.losses.global_ranking import exchange_checked, global_mean, ranking_group
 from alrp_d2.losses.input_checks import check_ranking_inputs
 
 from .distributed_cases import NUM_CASES, PATHS, TOLERANCE, assert_relative, make_case, spawn_workers, split
+from .ranking_cases import only_set
 
 
 def losses(logits, labels, errors, delta, group, path: str = "auto") -> Dict[str, torch.Tensor]:
     """aLRP and AP Loss values and the gradients of the logits and E_loc, on ``path``."""
     logits = logits.clone().requires_grad_(True)
     errors = errors.clone().requires_grad_(True)
-    alrp = alrp_loss_terms(logits, labels, errors, delta=delta, group=group, path=path)
+    alrp = only_set(alrp_loss([LabelledSet(logits, labels, errors)], delta=delta, group=group, path=path))
     grad_logits, grad_errors = torch.autograd.grad(alrp.loss_cls + alrp.loss_loc, [logits, errors], allow_unused=True)
-    ap = ap_loss_terms(logits, labels, delta=delta, group=group, path=path)
+    ap = only_set(ap_loss([LabelledSet(logits, labels)], delta=delta, group=group, path=path))
     (grad_ap,) = torch.autograd.grad(ap.loss, [logits])
-    interpolated = ap_loss_terms(logits, labels, delta=delta, eps=None, group=group, interpolated=True, path=path)
+    interpolated = only_set(
+        ap_loss([LabelledSet(logits, labels)], delta=delta, eps=None, group=group, interpolated=True, path=path)
+    )
     (grad_interpolated,) = torch.autograd.grad(interpolated.loss, [logits])
     return {
         "alrp_cls": alrp.loss_cls.detach(),

@@ -9,10 +9,11 @@ from typing import Dict
 import pytest
 import torch
 
-from alrp_d2.losses import NonFiniteInputError, rank_sort_loss_terms
+from alrp_d2.losses import LabelledSet, NonFiniteInputError, rank_sort_loss
 from alrp_d2.losses.global_ranking import ranking_group
 
 from .distributed_cases import NUM_CASES, PATHS, TOLERANCE, assert_relative, make_case, spawn_workers, split
+from .ranking_cases import only_set
 
 DELTAS = [0.5, 0.0, 0.1]
 
@@ -42,7 +43,7 @@ def worker_targets(case: Dict, rank: int):
 
 def losses(logits, targets, delta, group, path: str = "auto") -> Dict[str, torch.Tensor]:
     logits = logits.clone().requires_grad_(True)
-    terms = rank_sort_loss_terms(logits, targets, delta=delta, group=group, path=path)
+    terms = only_set(rank_sort_loss([LabelledSet(logits, targets)], delta=delta, group=group, path=path))
     (grad,) = torch.autograd.grad(terms.ranking_loss, [logits])
     return {
         "ranking": terms.ranking_loss.detach(),
@@ -67,7 +68,7 @@ def _worker(rank: int, world_size: int, out_dir: str) -> None:
     if rank == world_size - 1:
         targets[5] = 1.5
     try:
-        rank_sort_loss_terms(logits, targets, group=group)
+        only_set(rank_sort_loss([LabelledSet(logits, targets)], group=group))
     except (NonFiniteInputError, ValueError) as error:
         results["raised"].append(str(error))
     torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))

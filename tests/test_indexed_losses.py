@@ -1,5 +1,5 @@
-"""The index API of the ranking losses (the positives' flat indices and a validity mask, as the
-detection heads call them) against the label API and the loop transcription: any order of the
+"""The ranking losses of a `RankingSet` (the positives' flat indices and a validity mask, as the
+detection heads give them) against a `LabelledSet` and the loop transcription: any order of the
 positives, (rows, classes) logits with per-row validity, float64 chunks, non-finite logits."""
 
 from __future__ import annotations
@@ -7,19 +7,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from alrp_d2.losses import (
-    alrp_loss_indexed,
-    alrp_loss_terms,
-    ap_loss_indexed,
-    ap_loss_terms,
-    negative_scan,
-    rank_sort_loss_indexed,
-    rank_sort_loss_terms,
-)
+from alrp_d2.losses import LabelledSet, RankingSet, alrp_loss, ap_loss, negative_scan, rank_sort_loss
 
 from .host_syncs import HostSyncCounter
 from .loop_reference import alrp_loss_loop, ap_loss_loop, rank_sort_loss_loop
-from .ranking_cases import TOLERANCE, assert_relative
+from .ranking_cases import TOLERANCE, assert_relative, only_set
 
 NUM_CLASSES = 4
 
@@ -45,19 +37,21 @@ def detection_case(seed: int, dtype: torch.dtype):
 def test_indexed_equals_labels_whatever_the_order_of_the_positives(seed, dtype, ranking_path):
     logits, row_labels, labels = detection_case(seed, dtype)
     gen = torch.Generator().manual_seed(100 + seed)
-    flat_positives = torch.nonzero(labels == 1).squeeze(1)  # the label API's order
+    flat_positives = torch.nonzero(labels == 1).squeeze(1)  # a labelled set's order
     errors = torch.rand(len(flat_positives), generator=gen, dtype=torch.float64).to(dtype)
     order = torch.randperm(len(flat_positives), generator=gen)
 
     by_labels = logits.flatten().clone().requires_grad_(True)
     errors_labels = errors.clone().requires_grad_(True)
-    expected = alrp_loss_terms(by_labels, labels, errors_labels, delta=0.5, path=ranking_path)
+    expected = only_set(alrp_loss([LabelledSet(by_labels, labels, errors_labels)], delta=0.5, path=ranking_path))
     expected_grads = torch.autograd.grad(expected.loss_cls + expected.loss_loc, [by_labels, errors_labels])
 
     by_index = logits.clone().requires_grad_(True)
     errors_index = errors[order].clone().requires_grad_(True)
     valid = (row_labels >= 0)[:, None]
-    terms = alrp_loss_indexed(by_index, flat_positives[order], errors_index, valid, delta=0.5, path=ranking_path)
+    terms = only_set(
+        alrp_loss([RankingSet(by_index, flat_positives[order], errors_index, valid)], delta=0.5, path=ranking_path)
+    )
     grads = torch.autograd.grad(terms.loss_cls + terms.loss_loc, [by_index, errors_index])
 
     for actual, reference in zip(terms, expected):
@@ -68,10 +62,15 @@ def test_indexed_equals_labels_whatever_the_order_of_the_positives(seed, dtype, 
 
     for interpolated in (False, True):
         by_labels = logits.flatten().clone().requires_grad_(True)
-        ap = ap_loss_terms(by_labels, labels, eps=None, interpolated=interpolated, path=ranking_path)
+        ap = only_set(ap_loss([LabelledSet(by_labels, labels)], eps=None, interpolated=interpolated, path=ranking_path))
         by_index = logits.clone().requires_grad_(True)
-        indexed = ap_loss_indexed(
-            by_index, flat_positives[order], valid, eps=None, interpolated=interpolated, path=ranking_path
+        indexed = only_set(
+            ap_loss(
+                [RankingSet(by_index, flat_positives[order], None, valid)],
+                eps=None,
+                interpolated=interpolated,
+                path=ranking_path,
+            )
         )
         assert_relative(indexed.loss, ap.loss, TOLERANCE[dtype])
         (grad,) = torch.autograd.grad(indexed.loss, [by_index])
@@ -89,7 +88,7 @@ def test_negatives_in_many_float64_chunks_equal_the_loop(seed, monkeypatch, rank
     logits = logits.flatten()
     errors = torch.rand(int((labels == 1).sum()), dtype=torch.float64)
     leaf = logits.clone().requires_grad_(True)
-    terms = alrp_loss_terms(leaf, labels, errors, delta=1.0, path=ranking_path)
+    terms = only_set(alrp_loss([LabelledSet(leaf, labels, errors)], delta=1.0, path=ranking_path))
     (grad,) = torch.autograd.grad(terms.loss_cls, [leaf])
     loss_cls, loss_loc, loop_grad, _ = alrp_loss_loop(logits, labels, errors, delta=1.0)
     assert_relative(terms.loss_cls, loss_cls, 1e-6)
@@ -97,7 +96,7 @@ def test_negatives_in_many_float64_chunks_equal_the_loop(seed, monkeypatch, rank
     assert_relative(grad, loop_grad, 1e-6)
     loss, loop_grad = ap_loss_loop(logits, labels, delta=1.0)
     leaf = logits.clone().requires_grad_(True)
-    ap = ap_loss_terms(leaf, labels, delta=1.0, path=ranking_path)
+    ap = only_set(ap_loss([LabelledSet(leaf, labels)], delta=1.0, path=ranking_path))
     (grad,) = torch.autograd.grad(ap.loss, [leaf])
     assert_relative(ap.loss, loss, 1e-6)
     assert_relative(grad, loop_grad, 1e-6)
@@ -107,18 +106,18 @@ INDEXED_LOSSES = ("alrp", "ap", "rank_sort")
 
 
 def indexed_loss(name: str, logits: torch.Tensor, positives: torch.Tensor, path: str) -> torch.Tensor:
-    """The ranking loss ``name`` of the index API (its classification / ranking component)."""
+    """The ranking loss ``name`` of one ``RankingSet`` (its classification / ranking component)."""
     errors = torch.rand(len(positives))
     if name == "alrp":
-        return alrp_loss_indexed(logits, positives, errors, path=path).loss_cls
+        return only_set(alrp_loss([RankingSet(logits, positives, errors)], path=path)).loss_cls
     if name == "ap":
-        return ap_loss_indexed(logits, positives, path=path).loss
-    return rank_sort_loss_indexed(logits, positives, errors, path=path).ranking_loss
+        return only_set(ap_loss([RankingSet(logits, positives, None)], path=path)).loss
+    return only_set(rank_sort_loss([RankingSet(logits, positives, errors)], path=path)).ranking_loss
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
 def test_non_finite_logits_make_the_indexed_losses_nan(bad, ranking_path):
-    """No validation in the index API (on the scan path one host synchronisation: the search steps of the
+    """No validation of a ``RankingSet`` (on the scan path one host synchronisation: the search steps of the
     negatives' gap lookup; none on the dense path): a non-finite logit, of a positive or a negative, gives a NaN
     loss, which stops a training loop."""
     for position in (0, 5):
@@ -135,7 +134,9 @@ def test_non_finite_logits_make_the_indexed_losses_nan(bad, ranking_path):
 def test_no_positive_gives_connected_zeros():
     logits = torch.randn(5, 3, requires_grad=True)
     errors = torch.zeros(0, requires_grad=True)
-    terms = alrp_loss_indexed(logits, torch.zeros(0, dtype=torch.long), errors, torch.ones(5, 1, dtype=torch.bool))
+    terms = only_set(
+        alrp_loss([RankingSet(logits, torch.zeros(0, dtype=torch.long), errors, torch.ones(5, 1, dtype=torch.bool))])
+    )
     (terms.loss_cls + terms.loss_loc).backward()
     assert terms.loss_cls.item() == 0 and torch.all(logits.grad == 0)
 
@@ -157,11 +158,13 @@ def test_rank_sort_indexed_equals_targets_whatever_the_order_of_the_positives(se
     order = torch.randperm(len(flat_positives), generator=gen)
 
     leaf = logits.flatten().clone().requires_grad_(True)
-    expected = rank_sort_loss_terms(leaf, targets, delta=delta, path=ranking_path)
+    expected = only_set(rank_sort_loss([LabelledSet(leaf, targets)], delta=delta, path=ranking_path))
     (expected_grad,) = torch.autograd.grad(expected.ranking_loss, [leaf])
     leaf = logits.clone().requires_grad_(True)
     valid = (row_labels >= 0)[:, None]
-    terms = rank_sort_loss_indexed(leaf, flat_positives[order], ious[order], valid, delta=delta, path=ranking_path)
+    terms = only_set(
+        rank_sort_loss([RankingSet(leaf, flat_positives[order], ious[order], valid)], delta=delta, path=ranking_path)
+    )
     (grad,) = torch.autograd.grad(terms.ranking_loss, [leaf])
     assert_relative(terms.ranking_loss, expected.ranking_loss, 1e-5)
     assert_relative(terms.sorting_loss, expected.sorting_loss, 1e-5)

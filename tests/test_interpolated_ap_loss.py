@@ -5,15 +5,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from alrp_d2.losses import ap_loss, ap_loss_terms
+from alrp_d2.losses import LabelledSet, ap_loss
 
 from .loop_reference import cached_reference, interpolated_ap_loss_loop
-from .ranking_cases import DEVICES, TOLERANCE, assert_relative, random_case
+from .ranking_cases import DEVICES, TOLERANCE, assert_relative, only_set, random_case
 
 
 def run_interpolated(logits: torch.Tensor, labels: torch.Tensor, delta: float, eps=None, *, path: str):
     leaf = logits.clone().requires_grad_(True)
-    loss = ap_loss(leaf, labels, delta=delta, eps=eps, interpolated=True, path=path)
+    loss = only_set(ap_loss([LabelledSet(leaf, labels)], delta=delta, eps=eps, interpolated=True, path=path)).loss
     (grad,) = torch.autograd.grad(loss, [leaf])
     return loss, grad
 
@@ -46,8 +46,10 @@ def test_interpolation_changes_the_loss_on_random_rankings(ranking_path):
     lower = 0
     for seed in range(20):
         logits, labels, _, delta = random_case(seed, torch.float64, "cpu")
-        interpolated = ap_loss(logits, labels, delta=delta, eps=None, interpolated=True, path=ranking_path)
-        plain = ap_loss(logits, labels, delta=delta, eps=None, path=ranking_path)
+        interpolated = only_set(
+            ap_loss([LabelledSet(logits, labels)], delta=delta, eps=None, interpolated=True, path=ranking_path)
+        ).loss
+        plain = only_set(ap_loss([LabelledSet(logits, labels)], delta=delta, eps=None, path=ranking_path)).loss
         assert interpolated <= plain + 1e-12
         lower += bool(interpolated < plain - 1e-6)
     assert lower >= 10
@@ -60,7 +62,7 @@ def test_hand_computed_precisions(ranking_path):
     labels = torch.tensor([1, 0, 1, 1, 0])
     loss, grad = run_interpolated(logits, labels, 1e-3, path=ranking_path)
     assert loss.item() == pytest.approx(1 - (1 + 3 / 4 + 3 / 4) / 3, abs=1e-12)
-    assert ap_loss(logits, labels, delta=1e-3, path=ranking_path).item() == pytest.approx(
+    assert only_set(ap_loss([LabelledSet(logits, labels)], delta=1e-3, path=ranking_path)).loss.item() == pytest.approx(
         1 - (1 + 2 / 3 + 3 / 4) / 3, abs=1e-12
     )
     # l = (0, 1/4, 1/4): the one negative above the two lower positives gets (1/4 + 1/4) / 3.
@@ -121,7 +123,7 @@ def test_official_loss_has_no_false_positive_gate(ranking_path):
 def test_theorem_2_balanced_gradients(seed, ranking_path):
     logits, labels, _, delta = random_case(seed, torch.float64, "cpu")
     leaf = logits.clone().requires_grad_(True)
-    terms = ap_loss_terms(leaf, labels, delta=delta, eps=None, interpolated=True, path=ranking_path)
+    terms = only_set(ap_loss([LabelledSet(leaf, labels)], delta=delta, eps=None, interpolated=True, path=ranking_path))
     (grad,) = torch.autograd.grad(terms.loss, [leaf])
     positive, negative = grad[labels == 1].abs().sum(), grad[labels == 0].abs().sum()
     torch.testing.assert_close(positive, negative, rtol=1e-10, atol=1e-14)
@@ -131,6 +133,10 @@ def test_theorem_2_balanced_gradients(seed, ranking_path):
 
 def test_without_positives_gives_connected_zero(ranking_path):
     logits = torch.randn(20, requires_grad=True)
-    loss = ap_loss(logits, torch.zeros(20, dtype=torch.long), eps=None, interpolated=True, path=ranking_path)
+    loss = only_set(
+        ap_loss(
+            [LabelledSet(logits, torch.zeros(20, dtype=torch.long))], eps=None, interpolated=True, path=ranking_path
+        )
+    ).loss
     loss.backward()
     assert loss.item() == 0 and torch.all(logits.grad == 0)

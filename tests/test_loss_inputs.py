@@ -8,7 +8,9 @@ import math
 import pytest
 import torch
 
-from alrp_d2.losses import alrp_loss, ap_loss, loc_error
+from alrp_d2.losses import LabelledSet, alrp_loss, ap_loss, loc_error
+
+from .ranking_cases import only_set
 
 GT = torch.tensor([[10.0, 10.0, 50.0, 60.0]])
 
@@ -54,27 +56,30 @@ def test_float_labels_are_refused(loss, labels):
     labels = torch.tensor(labels)
     with pytest.raises(TypeError, match="labels must be an integer or bool"):
         if loss == "alrp":
-            alrp_loss(logits, labels, torch.tensor([0.2]))
+            alrp_loss([LabelledSet(logits, labels, torch.tensor([0.2]))])
         else:
-            ap_loss(logits, labels)
+            ap_loss([LabelledSet(logits, labels)])
 
 
 def test_bool_labels_equal_integer_labels():
     logits = torch.tensor([2.0, 0.5, -1.0, 1.0])
     labels = torch.tensor([True, False, False, True])
     loc = torch.tensor([0.1, 0.3])
-    assert [t.item() for t in alrp_loss(logits, labels, loc)] == [
-        t.item() for t in alrp_loss(logits, labels.long(), loc)
+    assert [t.item() for t in only_set(alrp_loss([LabelledSet(logits, labels, loc)]))[:2]] == [
+        t.item() for t in only_set(alrp_loss([LabelledSet(logits, labels.long(), loc)]))[:2]
     ]
-    assert ap_loss(logits, labels).item() == ap_loss(logits, labels.to(torch.int8)).item()
+    assert (
+        only_set(ap_loss([LabelledSet(logits, labels)])).loss.item()
+        == only_set(ap_loss([LabelledSet(logits, labels.to(torch.int8))])).loss.item()
+    )
 
 
 @pytest.mark.parametrize("delta", [math.inf, math.nan, 0.0, -1.0])
 def test_delta_must_be_finite_and_positive(delta):
     with pytest.raises(ValueError, match="delta must be finite and > 0"):
-        ap_loss(torch.tensor([1.0, 0.0]), torch.tensor([1, 0]), delta=delta)
+        ap_loss([LabelledSet(torch.tensor([1.0, 0.0]), torch.tensor([1, 0]))], delta=delta)
 
 
 def test_negative_localisation_errors_are_refused():
     with pytest.raises(ValueError, match="localisation errors must be >= 0"):
-        alrp_loss(torch.tensor([1.0, 0.0, 2.0]), torch.tensor([1, 0, 1]), torch.tensor([0.2, -0.1]))
+        alrp_loss([LabelledSet(torch.tensor([1.0, 0.0, 2.0]), torch.tensor([1, 0, 1]), torch.tensor([0.2, -0.1]))])

@@ -7,10 +7,10 @@ import math
 import pytest
 import torch
 
-from alrp_d2.losses import NonFiniteInputError, rank_sort_loss, rank_sort_loss_terms
+from alrp_d2.losses import LabelledSet, NonFiniteInputError, rank_sort_loss
 
 from .loop_reference import cached_reference, rank_sort_loss_loop
-from .ranking_cases import assert_relative
+from .ranking_cases import assert_relative, only_set
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 # float32 inputs are computed in float64 like float64 ones; only the outputs are rounded to float32.
@@ -41,7 +41,7 @@ def random_case(seed: int, dtype: torch.dtype, device: str = "cpu"):
 def run(logits: torch.Tensor, targets: torch.Tensor, delta: float, path: str):
     """(ranking_loss, sorting_loss, d ranking_loss / d logits)."""
     logits = logits.clone().requires_grad_(True)
-    ranking, sorting = rank_sort_loss(logits, targets, delta, path=path)
+    ranking, sorting = only_set(rank_sort_loss([LabelledSet(logits, targets)], delta=delta, path=path))[:2]
     (grad,) = torch.autograd.grad(ranking, [logits])
     return ranking, sorting, grad
 
@@ -92,7 +92,7 @@ def test_hand_computed_unit_step_example(ranking_path):
     l_R to the negative and l_S to b, which is sorted above it by mistake."""
     logits = torch.tensor([1.0, 2.0, 1.5], dtype=torch.float64)
     targets = torch.tensor([0.9, 0.5, 0.0], dtype=torch.float64)
-    terms = rank_sort_loss_terms(logits.requires_grad_(True), targets, delta=0.0, path=ranking_path)
+    terms = only_set(rank_sort_loss([LabelledSet(logits.requires_grad_(True), targets)], delta=0.0, path=ranking_path))
     (grad,) = torch.autograd.grad(terms.ranking_loss, [logits])
     assert terms.ranking_loss.item() == pytest.approx(1 / 6, abs=1e-15)
     assert terms.sorting_loss.item() == pytest.approx(0.1, abs=1e-15)
@@ -136,7 +136,7 @@ def test_equal_ious_have_no_sorting_error(iou, ranking_path):
 def test_perfect_ranking_and_sorting_have_no_error(ranking_path):
     logits = torch.tensor([5.0, 4.0, 3.0, -1.0, -2.0, 1.9], dtype=torch.float64, requires_grad=True)
     targets = torch.tensor([0.9, 0.8, 0.3, 0.0, 0.0, 0.0], dtype=torch.float64)
-    ranking, sorting = rank_sort_loss(logits, targets, path=ranking_path)
+    ranking, sorting = only_set(rank_sort_loss([LabelledSet(logits, targets)], path=ranking_path))[:2]
     (ranking + sorting).backward()
     assert ranking.item() == 0 and sorting.item() == 0
     assert torch.all(logits.grad == 0)
@@ -161,7 +161,7 @@ def test_sorting_loss_is_connected_with_zero_gradient(ranking_path):
     """As the official backward, only the ranking loss carries the score gradient."""
     logits, targets, delta = random_case(2, torch.float64)
     logits.requires_grad_(True)
-    ranking, sorting = rank_sort_loss(logits, targets, delta, path=ranking_path)
+    ranking, sorting = only_set(rank_sort_loss([LabelledSet(logits, targets)], delta=delta, path=ranking_path))[:2]
     assert sorting.item() > 0 and sorting.requires_grad
     (sorting_grad,) = torch.autograd.grad(sorting, [logits], retain_graph=True)
     assert torch.all(sorting_grad == 0)
@@ -177,7 +177,7 @@ def test_gradients_of_positives_and_negatives_balance(seed, ranking_path):
     magnitudes are the sums of |gradient| of the positives and of the negatives."""
     logits, targets, delta = random_case(seed, torch.float64)
     leaf = logits.clone().requires_grad_(True)
-    terms = rank_sort_loss_terms(leaf, targets, delta, path=ranking_path)
+    terms = only_set(rank_sort_loss([LabelledSet(leaf, targets)], delta=delta, path=ranking_path))
     (grad,) = torch.autograd.grad(terms.ranking_loss, [leaf])
     positive, negative = grad[targets > 0], grad[targets == 0]
     torch.testing.assert_close(positive.sum(), -negative.sum(), rtol=0, atol=1e-12)
@@ -190,12 +190,12 @@ def test_no_positive_gives_connected_zeros(ranking_path):
     logits = torch.randn(50, requires_grad=True)
     targets = torch.zeros(50)
     targets[:5] = -1
-    ranking, sorting = rank_sort_loss(logits, targets, path=ranking_path)
+    ranking, sorting = only_set(rank_sort_loss([LabelledSet(logits, targets)], path=ranking_path))[:2]
     assert ranking.item() == 0 and sorting.item() == 0
     (ranking + sorting).backward()
     assert torch.all(logits.grad == 0)
     empty = torch.zeros(0, requires_grad=True)
-    ranking, sorting = rank_sort_loss(empty, torch.zeros(0), path=ranking_path)
+    ranking, sorting = only_set(rank_sort_loss([LabelledSet(empty, torch.zeros(0))], path=ranking_path))[:2]
     (ranking + sorting).backward()
     assert ranking.item() == 0 and empty.grad.shape == (0,)
 
@@ -204,7 +204,9 @@ def test_autocast_computes_in_float32(ranking_path):
     logits, targets, delta = random_case(11, torch.float32)
     half_logits = logits.bfloat16().requires_grad_(True)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        ranking, sorting = rank_sort_loss(half_logits, targets, delta, path=ranking_path)
+        ranking, sorting = only_set(
+            rank_sort_loss([LabelledSet(half_logits, targets)], delta=delta, path=ranking_path)
+        )[:2]
     assert ranking.dtype == torch.float32 and sorting.dtype == torch.float32
     ref_ranking, ref_sorting, ref_grad = rank_sort_loss_loop(half_logits.float(), targets, delta)
     assert_relative(ranking, ref_ranking, 1e-5)
@@ -218,20 +220,20 @@ def test_invalid_inputs_raise(ranking_path):
     logits = torch.randn(6)
     targets = torch.tensor([0.5, 0.0, 0.0, 1.0, -1.0, 0.0])
     with pytest.raises(ValueError, match="same length"):
-        rank_sort_loss(logits, targets[:5], path=ranking_path)
+        rank_sort_loss([LabelledSet(logits, targets[:5])], path=ranking_path)
     with pytest.raises(ValueError, match="1-D"):
-        rank_sort_loss(logits.view(2, 3), targets.view(2, 3), path=ranking_path)
+        rank_sort_loss([LabelledSet(logits.view(2, 3), targets.view(2, 3))], path=ranking_path)
     with pytest.raises(TypeError, match="targets must be a floating-point tensor"):
-        rank_sort_loss(logits, (targets > 0).long(), path=ranking_path)
+        rank_sort_loss([LabelledSet(logits, (targets > 0).long())], path=ranking_path)
     with pytest.raises(TypeError, match="logits must be a floating-point tensor"):
-        rank_sort_loss(torch.arange(6), targets, path=ranking_path)
+        rank_sort_loss([LabelledSet(torch.arange(6), targets)], path=ranking_path)
     with pytest.raises(ValueError, match=r"targets must be <= 1 .* maximum of 1.5"):
-        rank_sort_loss(logits, torch.tensor([1.5, 0.0, 0.0, 1.0, -1.0, 0.0]), path=ranking_path)
+        rank_sort_loss([LabelledSet(logits, torch.tensor([1.5, 0.0, 0.0, 1.0, -1.0, 0.0]))], path=ranking_path)
     for delta in (-0.1, math.inf, math.nan):
         with pytest.raises(ValueError, match="delta must be finite and >= 0"):
-            rank_sort_loss(logits, targets, delta=delta, path=ranking_path)
+            rank_sort_loss([LabelledSet(logits, targets)], delta=delta, path=ranking_path)
     with pytest.raises(ValueError, match="eps must be > 0"):
-        rank_sort_loss(logits, targets, eps=0.0, path=ranking_path)
+        rank_sort_loss([LabelledSet(logits, targets)], eps=0.0, path=ranking_path)
 
 
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
@@ -241,11 +243,11 @@ def test_non_finite_inputs_raise(bad, ranking_path):
     bad_logits = logits.clone()
     bad_logits[2] = bad
     with pytest.raises(NonFiniteInputError, match="1 non-finite logits"):
-        rank_sort_loss(bad_logits, targets, path=ranking_path)
+        rank_sort_loss([LabelledSet(bad_logits, targets)], path=ranking_path)
     bad_targets = targets.clone()
     bad_targets[4] = bad
     with pytest.raises(NonFiniteInputError, match="1 non-finite targets"):
-        rank_sort_loss(logits, bad_targets, path=ranking_path)
+        rank_sort_loss([LabelledSet(logits, bad_targets)], path=ranking_path)
 
 
 @pytest.mark.parametrize("eps", [0.5, 0.49])
@@ -258,7 +260,7 @@ def test_gates_are_strict(eps, ranking_path):
     ranking, sorting, grad = run(logits, targets, 0.5, path=ranking_path)
     expected = rank_sort_loss_loop(logits, targets, 0.5, eps)
     leaf = logits.clone().requires_grad_(True)
-    gated = rank_sort_loss(leaf, targets, 0.5, eps, path=ranking_path)[0]
+    gated = only_set(rank_sort_loss([LabelledSet(leaf, targets)], delta=0.5, eps=eps, path=ranking_path))[0]
     (gated_grad,) = torch.autograd.grad(gated, [leaf])
     assert_relative(gated_grad, expected[2], 1e-12)
     assert torch.all(gated_grad == 0) == (eps == 0.5)

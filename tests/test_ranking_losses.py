@@ -5,16 +5,16 @@ from __future__ import annotations
 import pytest
 import torch
 
-from alrp_d2.losses import NonFiniteInputError, alrp_loss, alrp_loss_terms, ap_loss, ap_loss_terms, loc_error
+from alrp_d2.losses import LabelledSet, NonFiniteInputError, alrp_loss, ap_loss, loc_error
 
 from .loop_reference import alrp_loss_loop, ap_loss_loop, cached_reference
-from .ranking_cases import DEVICES, TOLERANCE, assert_relative, random_case
+from .ranking_cases import DEVICES, TOLERANCE, assert_relative, only_set, random_case
 
 
 def run_alrp(logits, labels, errors, delta, path: str):
     logits = logits.clone().requires_grad_(True)
     errors = errors.clone().requires_grad_(True)
-    loss_cls, loss_loc = alrp_loss(logits, labels, errors, delta=delta, path=path)
+    loss_cls, loss_loc = only_set(alrp_loss([LabelledSet(logits, labels, errors)], delta=delta, path=path))[:2]
     # Independent backward passes: loss_cls drives the logits, loss_loc the errors.
     grad_logits, grad_errors = torch.autograd.grad(loss_cls + loss_loc, [logits, errors])
     return loss_cls, loss_loc, grad_logits, grad_errors
@@ -43,7 +43,7 @@ def test_alrp_matches_loop_reference(seed, dtype, device, ranking_path):
 def test_ap_matches_loop_reference(seed, dtype, device, ranking_path):
     logits, labels, _, delta = random_case(seed, dtype, device)
     logits = logits.clone().requires_grad_(True)
-    loss = ap_loss(logits, labels, delta=delta, path=ranking_path)
+    loss = only_set(ap_loss([LabelledSet(logits, labels)], delta=delta, path=ranking_path)).loss
     (grad,) = torch.autograd.grad(loss, [logits])
     ref_loss, ref_grad = cached_reference(
         ("ap", seed, dtype), lambda: ap_loss_loop(logits.detach().cpu(), labels.cpu(), delta)
@@ -84,11 +84,11 @@ def test_theorem_2_balanced_gradients(seed, ranking_path):
     for loss_fn in ("alrp", "ap"):
         leaf = logits.clone().requires_grad_(True)
         if loss_fn == "alrp":
-            terms = alrp_loss_terms(leaf, labels, errors, delta=delta, path=ranking_path)
+            terms = only_set(alrp_loss([LabelledSet(leaf, labels, errors)], delta=delta, path=ranking_path))
             loss = terms.loss_cls
             reported = (terms.positive_gradient_magnitude, terms.negative_gradient_magnitude)
         else:
-            terms = ap_loss_terms(leaf, labels, delta=delta, path=ranking_path)
+            terms = only_set(ap_loss([LabelledSet(leaf, labels)], delta=delta, path=ranking_path))
             loss = terms.loss
             reported = (terms.positive_gradient_magnitude, terms.negative_gradient_magnitude)
         (grad,) = torch.autograd.grad(loss, [leaf])
@@ -116,9 +116,14 @@ def test_paper_toy_example(output, ranking_path):
     scores = torch.arange(10, 0, -1, dtype=torch.float64)
     ious, expected_alrp = TOY_IOUS[output]
     errors = (1.0 - torch.tensor(ious, dtype=torch.float64)) / 0.5
-    loss_cls, loss_loc = alrp_loss(scores, TOY_LABELS, errors, delta=1e-3, path=ranking_path)
+    loss_cls, loss_loc = only_set(alrp_loss([LabelledSet(scores, TOY_LABELS, errors)], delta=1e-3, path=ranking_path))[
+        :2
+    ]
     assert round((loss_cls + loss_loc).item(), 2) == expected_alrp
-    assert round(ap_loss(scores, TOY_LABELS, delta=1e-3, path=ranking_path).item(), 2) == 0.36
+    assert (
+        round(only_set(ap_loss([LabelledSet(scores, TOY_LABELS)], delta=1e-3, path=ranking_path)).loss.item(), 2)
+        == 0.36
+    )
     assert round(loss_cls.item(), 2) == 0.36  # the classification component equals AP Loss
 
 
@@ -126,15 +131,15 @@ def test_no_positive_gives_connected_zero(ranking_path):
     logits = torch.randn(50, requires_grad=True)
     labels = torch.zeros(50, dtype=torch.long)
     errors = torch.zeros(0, requires_grad=True)
-    loss_cls, loss_loc = alrp_loss(logits, labels, errors, path=ranking_path)
+    loss_cls, loss_loc = only_set(alrp_loss([LabelledSet(logits, labels, errors)], path=ranking_path))[:2]
     assert loss_cls.item() == 0 and loss_loc.item() == 0
-    (loss_cls + loss_loc + ap_loss(logits, labels, path=ranking_path)).backward()
+    (loss_cls + loss_loc + only_set(ap_loss([LabelledSet(logits, labels)], path=ranking_path)).loss).backward()
     assert torch.all(logits.grad == 0) and errors.grad.shape == (0,)
 
 
 def test_empty_input_gives_connected_zero():
     logits = torch.zeros(0, requires_grad=True)
-    loss = ap_loss(logits, torch.zeros(0, dtype=torch.long))
+    loss = only_set(ap_loss([LabelledSet(logits, torch.zeros(0, dtype=torch.long))])).loss
     loss.backward()
     assert loss.item() == 0 and logits.grad.shape == (0,)
 
@@ -143,7 +148,7 @@ def test_perfect_ranking_gives_zero_classification_gradient(ranking_path):
     logits = torch.tensor([5.0, 4.0, 3.5, -1.0, -2.0, 0.9], dtype=torch.float64, requires_grad=True)
     labels = torch.tensor([1, 1, 1, 0, 0, 0])
     errors = torch.tensor([0.3, 0.9, 0.1], dtype=torch.float64, requires_grad=True)
-    loss_cls, loss_loc = alrp_loss(logits, labels, errors, path=ranking_path)
+    loss_cls, loss_loc = only_set(alrp_loss([LabelledSet(logits, labels, errors)], path=ranking_path))[:2]
     (loss_cls + loss_loc).backward()
     assert loss_cls.item() == 0
     assert torch.all(logits.grad == 0)
@@ -157,26 +162,26 @@ def test_non_finite_logits_raise(bad):
     labels = torch.zeros(10, dtype=torch.long)
     labels[0] = 1
     with pytest.raises(NonFiniteInputError, match="non-finite logits"):
-        alrp_loss(logits, labels, torch.ones(1))
+        alrp_loss([LabelledSet(logits, labels, torch.ones(1))])
     with pytest.raises(FloatingPointError, match="non-finite logits"):
-        ap_loss(logits, labels)
+        ap_loss([LabelledSet(logits, labels)])
 
 
 def test_invalid_inputs_raise():
     logits = torch.randn(6)
     labels = torch.tensor([1, 0, 0, 1, -1, 0])
     with pytest.raises(NonFiniteInputError, match="localisation errors"):
-        alrp_loss(logits, labels, torch.tensor([0.1, float("nan")]))
+        alrp_loss([LabelledSet(logits, labels, torch.tensor([0.1, float("nan")]))])
     with pytest.raises(ValueError, match="one localisation error per positive"):
-        alrp_loss(logits, labels, torch.ones(3))
+        alrp_loss([LabelledSet(logits, labels, torch.ones(3))])
     with pytest.raises(ValueError, match="labels must be"):
-        ap_loss(logits, torch.tensor([1, 0, 2, 0, 0, 0]))
+        ap_loss([LabelledSet(logits, torch.tensor([1, 0, 2, 0, 0, 0]))])
     with pytest.raises(ValueError, match="same length"):
-        ap_loss(logits, labels[:4])
+        ap_loss([LabelledSet(logits, labels[:4])])
     with pytest.raises(ValueError, match="delta"):
-        ap_loss(logits, labels, delta=0.0)
+        ap_loss([LabelledSet(logits, labels)], delta=0.0)
     with pytest.raises(ValueError, match="eps"):
-        alrp_loss(logits, labels, torch.ones(2), eps=-1.0)
+        alrp_loss([LabelledSet(logits, labels, torch.ones(2))], eps=-1.0)
 
 
 def test_false_positives_below_eps_give_no_gradient(ranking_path):
@@ -184,7 +189,9 @@ def test_false_positives_below_eps_give_no_gradient(ranking_path):
     delta = 1.0
     logits = torch.tensor([0.0, -delta + 2e-7], dtype=torch.float64, requires_grad=True)
     labels = torch.tensor([1, 0])
-    loss_cls, _ = alrp_loss(logits, labels, torch.tensor([0.5], dtype=torch.float64), path=ranking_path)
+    loss_cls, _ = only_set(
+        alrp_loss([LabelledSet(logits, labels, torch.tensor([0.5], dtype=torch.float64))], path=ranking_path)
+    )[:2]
     loss_cls.backward()
     assert torch.all(logits.grad == 0)
     assert 0 < loss_cls.item() < 1e-6
@@ -195,7 +202,9 @@ def test_autocast_computes_in_float32(ranking_path):
     half_logits = logits.bfloat16().requires_grad_(True)
     errors = errors.requires_grad_(True)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        loss_cls, loss_loc = alrp_loss(half_logits, labels, errors, delta=delta, path=ranking_path)
+        loss_cls, loss_loc = only_set(
+            alrp_loss([LabelledSet(half_logits, labels, errors)], delta=delta, path=ranking_path)
+        )[:2]
     assert loss_cls.dtype == torch.float32 and loss_loc.dtype == torch.float32
     ref_cls, ref_loc, ref_grad, _ = alrp_loss_loop(half_logits.float(), labels, errors, delta)
     assert_relative(loss_cls, ref_cls, 1e-5)
@@ -219,7 +228,7 @@ def test_loc_component_gradcheck_wrt_boxes():
     for kind in ("giou", "iou"):
 
         def loss_loc(boxes, kind=kind):
-            return alrp_loss(logits, labels, loc_error(boxes, gt, kind=kind))[1]
+            return only_set(alrp_loss([LabelledSet(logits, labels, loc_error(boxes, gt, kind=kind))]))[1]
 
         assert torch.autograd.gradcheck(loss_loc, (pred,))
 
@@ -252,10 +261,10 @@ def test_huge_finite_logits_are_accepted(ranking_path):
     """Their sum overflows float32, but every logit is finite: no error, no NaN."""
     logits = torch.tensor([3e38, 3e38, -3e38, 1.0], requires_grad=True)
     labels = torch.tensor([0, 0, 0, 0])
-    loss = ap_loss(logits, labels, path=ranking_path)
+    loss = only_set(ap_loss([LabelledSet(logits, labels)], path=ranking_path)).loss
     loss.backward()
     assert loss.item() == 0 and torch.all(logits.grad == 0)
     labels[3] = 1
-    loss_cls, loss_loc = alrp_loss(logits, labels, torch.tensor([0.5]), path=ranking_path)
+    loss_cls, loss_loc = only_set(alrp_loss([LabelledSet(logits, labels, torch.tensor([0.5]))], path=ranking_path))[:2]
     assert torch.isfinite(loss_cls) and torch.isfinite(loss_loc)
     assert loss_cls.item() == pytest.approx(2 / 3)

@@ -1,6 +1,6 @@
-"""The segmented ranking (``alrp_d2.losses.*_loss_sets``): the sets of a step ranked in one call equal the per-set
-calls, values and gradients, for every loss, on both paths; its host synchronisations; the global ranking on 2 gloo
-workers."""
+"""The segmented ranking (``alrp_d2.losses.*_loss`` of several sets): the sets of a step ranked in one call equal the
+per-set calls, values and gradients, for every loss, on both paths; its host synchronisations; the global ranking on
+2 gloo workers."""
 
 from __future__ import annotations
 
@@ -11,14 +11,7 @@ from typing import Dict
 import pytest
 import torch
 
-from alrp_d2.losses import (
-    RankingSet,
-    alrp_loss_sets,
-    ap_loss_sets,
-    dense_relations,
-    rank_sort_loss_sets,
-    segmented_scan,
-)
+from alrp_d2.losses import RankingSet, alrp_loss, ap_loss, dense_relations, rank_sort_loss, segmented_scan
 from alrp_d2.losses.global_ranking import ranking_group
 
 from .distributed_cases import PATHS, assert_relative, spawn_workers
@@ -34,7 +27,7 @@ TOLERANCE = 1e-6
 def test_one_call_equals_the_per_set_calls(path, name, seed):
     """All sets in one call on either path: no host synchronisation on the ``dense`` path, one on the ``scan`` path
     (the grid lookup's search steps)."""
-    components = LOSSES[name][2]
+    components = LOSSES[name][1]
     sets = leaves(step_sets(seed))
     weights = torch.arange(1, len(sets) + 1, dtype=torch.float64)
     with HostSyncCounter() as syncs:
@@ -69,8 +62,8 @@ def test_smaller_pieces_change_nothing(split, name, path, monkeypatch):
         monkeypatch.setattr(module, constant, value)
     pieces = leaves(sets)
     terms = one_call(name, pieces, path=path)
-    weighted_backward(terms, LOSSES[name][2], torch.ones(len(sets), dtype=torch.float64))
-    weighted_backward(expected, LOSSES[name][2], torch.ones(len(sets), dtype=torch.float64))
+    weighted_backward(terms, LOSSES[name][1], torch.ones(len(sets), dtype=torch.float64))
+    weighted_backward(expected, LOSSES[name][1], torch.ones(len(sets), dtype=torch.float64))
     for field in terms._fields:
         assert_relative(getattr(terms, field), getattr(expected, field), 1e-12)
     for piece_set, ranking_set in zip(pieces, sets):
@@ -79,23 +72,21 @@ def test_smaller_pieces_change_nothing(split, name, path, monkeypatch):
 
 def test_sets_without_any_positive_give_connected_zeros():
     sets = [RankingSet(torch.randn(2, 4, 3, requires_grad=True), torch.zeros(0, dtype=torch.long)) for _ in range(3)]
-    terms = rank_sort_loss_sets([s._replace(positive_values=torch.zeros(0)) for s in sets], path="dense")
+    terms = rank_sort_loss([s._replace(positive_values=torch.zeros(0)) for s in sets], path="dense")
     assert terms.ranking_loss.shape == (3,) and torch.all(terms.ranking_loss == 0)
-    ap_loss_sets(sets, path="dense").loss.sum().backward()
+    ap_loss(sets, path="dense").loss.sum().backward()
     assert all(torch.all(s.logits.grad == 0) for s in sets)
 
 
 def test_missing_values_and_no_set_are_named():
     logits = torch.randn(2, 4, 3)
     with pytest.raises(ValueError, match=r"targets \(positive_values\); set\(s\) \[1\] have none"):
-        rank_sort_loss_sets(
-            [RankingSet(logits, torch.tensor([0]), torch.ones(1)), RankingSet(logits, torch.tensor([1]))]
-        )
-    for loss in (ap_loss_sets, rank_sort_loss_sets, alrp_loss_sets):
+        rank_sort_loss([RankingSet(logits, torch.tensor([0]), torch.ones(1)), RankingSet(logits, torch.tensor([1]))])
+    for loss in (ap_loss, rank_sort_loss, alrp_loss):
         with pytest.raises(ValueError, match="at least one set"):
             loss([])
     with pytest.raises(ValueError, match=r"path must be one of .*got 'gpu'"):
-        ap_loss_sets([RankingSet(logits, torch.tensor([1]))], path="gpu")
+        ap_loss([RankingSet(logits, torch.tensor([1]))], path="gpu")
 
 
 def worker_part(ranking_set: RankingSet, rank: int, world_size: int) -> RankingSet:
@@ -119,7 +110,7 @@ def _worker(rank: int, world_size: int, out_dir: str) -> None:
     for path, name, seed in itertools.product(PATHS, sorted(LOSSES), range(3)):
         sets = leaves([worker_part(s, rank, world_size) for s in step_sets(seed, images=4)])
         terms = one_call(name, sets, group=group, path=path)
-        weighted_backward(terms, LOSSES[name][2], torch.ones(len(sets), dtype=torch.float64))
+        weighted_backward(terms, LOSSES[name][1], torch.ones(len(sets), dtype=torch.float64))
         results[path, name, seed] = (terms, [s.logits.grad for s in sets])
     torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
 
@@ -130,7 +121,7 @@ def test_global_one_call_equals_the_per_set_calls_on_the_concatenation(tmp_path)
     for path, name, seed in itertools.product(PATHS, sorted(LOSSES), range(3)):
         for index, ranking_set in enumerate(leaves(step_sets(seed, images=4))):
             expected = single_call(name, ranking_set)
-            weighted_backward(expected, LOSSES[name][2], torch.tensor(1.0, dtype=torch.float64))
+            weighted_backward(expected, LOSSES[name][1], torch.tensor(1.0, dtype=torch.float64))
             for terms, _ in (results[path, name, seed] for results in per_worker):
                 for field in expected._fields:
                     assert_relative(getattr(terms, field)[index], getattr(expected, field), TOLERANCE)

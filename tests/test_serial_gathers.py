@@ -8,9 +8,11 @@ from typing import NamedTuple
 import pytest
 import torch
 
-from alrp_d2.losses import alrp_loss, alrp_loss_indexed, ap_loss, rank_sort_loss
+from alrp_d2.losses import LabelledSet, RankingSet, alrp_loss, ap_loss, rank_sort_loss
 from alrp_d2.losses.serial_indexing import take_rows
 from benchmarks.op_count import OperationCounter
+
+from .ranking_cases import only_set
 
 aten = torch.ops.aten
 THREAD_SPLITTING_GATHERS = {aten.index.Tensor, aten.gather.default}
@@ -38,14 +40,24 @@ def ranking_case(seed: int) -> RankingCase:
 
 
 LOSSES = {
-    "rank_sort": lambda case, path: rank_sort_loss(case.logits, case.targets, 0.5, path=path)[0],
-    "rank_sort_unit_step": lambda case, path: rank_sort_loss(case.logits, case.targets, 0.0, path=path)[0],
-    "alrp": lambda case, path: alrp_loss(case.logits, case.labels, case.loc_errors, path=path)[0],
+    "rank_sort": lambda case, path: only_set(
+        rank_sort_loss([LabelledSet(case.logits, case.targets)], delta=0.5, path=path)
+    )[0],
+    "rank_sort_unit_step": lambda case, path: only_set(
+        rank_sort_loss([LabelledSet(case.logits, case.targets)], delta=0.0, path=path)
+    )[0],
+    "alrp": lambda case, path: only_set(alrp_loss([LabelledSet(case.logits, case.labels, case.loc_errors)], path=path))[
+        :2
+    ][0],
     "alrp_indexed": lambda case, path: (
-        alrp_loss_indexed(case.logits, case.positive_index, case.loc_errors, case.labels >= 0, path=path).loss_cls
+        only_set(
+            alrp_loss([RankingSet(case.logits, case.positive_index, case.loc_errors, case.labels >= 0)], path=path)
+        ).loss_cls
     ),
-    "ap": lambda case, path: ap_loss(case.logits, case.labels, path=path),
-    "ap_interpolated": lambda case, path: ap_loss(case.logits, case.labels, interpolated=True, path=path),
+    "ap": lambda case, path: only_set(ap_loss([LabelledSet(case.logits, case.labels)], path=path)).loss,
+    "ap_interpolated": lambda case, path: (
+        only_set(ap_loss([LabelledSet(case.logits, case.labels)], interpolated=True, path=path)).loss
+    ),
 }
 
 

@@ -5,13 +5,11 @@ from __future__ import annotations
 from typing import Any, List, Sequence
 
 import torch
-from torch import Tensor
 
-from ..losses import AlrpLossTerms, alrp_loss_indexed, alrp_loss_sets
+from ..losses import AlrpLossTerms, alrp_loss
 from .localisation import LocErrorCriterion
 from .ranking_criterion import CriterionOutput, CriterionSet, set_fields
 from .registry import RANKING_CRITERION_REGISTRY
-from .targets import PositiveTargets, Targets
 
 __all__ = ["AlrpCriterion"]
 
@@ -31,15 +29,8 @@ class AlrpCriterion(LocErrorCriterion):
         super().__init__(delta=delta, loc_error_kind=loc_error_kind, tau=tau)
         self.eps = eps
 
-    def __call__(self, logits: Tensor, targets: Targets, loc_losses: Tensor, group: Any) -> CriterionOutput:
-        assert isinstance(targets, PositiveTargets)
-        terms = alrp_loss_indexed(
-            logits, targets.flat_index(logits.shape[-1]), loc_losses, targets.valid, self.delta, self.eps, group
-        )
-        return CriterionOutput(terms.loss_cls, terms.loss_loc, torch.ones_like(terms.loss_loc), terms.statistics)
-
-    def rank_sets(self, sets: Sequence[CriterionSet], group: Any) -> List[CriterionOutput]:
-        terms = alrp_loss_sets([s.ranking(s.loc_losses) for s in sets], self.delta, self.eps, group)
+    def __call__(self, sets: Sequence[CriterionSet], group: Any) -> List[CriterionOutput]:
+        terms = alrp_loss([s.ranking(s.loc_losses) for s in sets], self.delta, self.eps, group)
         return [
             CriterionOutput(fields[0], fields[1], torch.ones_like(fields[1]), AlrpLossTerms(*fields).statistics)
             for fields in set_fields(*terms)

@@ -8,14 +8,14 @@ from typing import TYPE_CHECKING, Any, ClassVar, Dict, List, Optional, Sequence
 import torch
 from torch import Tensor
 
-from ..losses import RankingLossOutput, ap_loss_indexed, ap_loss_sets
-from ..losses.global_ranking import global_mean, global_set_means
+from ..losses import RankingLossOutput, ap_loss
+from ..losses.global_ranking import global_set_means
 from .arguments import check_choice
 from .config_keys import HeadKeys
 from .localisation import LocErrorCriterion
 from .ranking_criterion import CriterionOutput, CriterionSet, PositiveSource, set_fields
 from .registry import RANKING_CRITERION_REGISTRY
-from .targets import PositiveTargets, Targets
+from .targets import PositiveTargets
 
 if TYPE_CHECKING:
     from detectron2.config import CfgNode
@@ -33,7 +33,7 @@ class APCriterion(LocErrorCriterion):
     ranking of all (row, class) pairs, ``loss_loc`` the mean localisation loss of MODEL.ALRP.AP_LOC_LOSS, weighted
     by the head's localisation weight."""
 
-    #: Whether the ranking errors are the official interpolated ones (:func:`alrp_d2.losses.ap_loss_indexed`).
+    #: Whether the ranking errors are the official interpolated ones (:func:`alrp_d2.losses.ap_loss`).
     interpolated: ClassVar[bool] = False
 
     def __init__(
@@ -65,16 +65,8 @@ class APCriterion(LocErrorCriterion):
             return source.encoded_box_loss(positives)
         return super().localisation_losses(positives, source)
 
-    def __call__(self, logits: Tensor, targets: Targets, loc_losses: Tensor, group: Any) -> CriterionOutput:
-        assert isinstance(targets, PositiveTargets)
-        ranking = ap_loss_indexed(
-            logits, targets.flat_index(logits.shape[-1]), targets.valid, self.delta, self.eps, group, self.interpolated
-        )
-        loss_loc = global_mean(loc_losses, group)
-        return CriterionOutput(ranking.loss, loss_loc, torch.ones_like(loss_loc), ranking.statistics)
-
-    def rank_sets(self, sets: Sequence[CriterionSet], group: Any) -> List[CriterionOutput]:
-        terms = ap_loss_sets([s.ranking() for s in sets], self.interpolated, self.delta, self.eps, group)
+    def __call__(self, sets: Sequence[CriterionSet], group: Any) -> List[CriterionOutput]:
+        terms = ap_loss([s.ranking() for s in sets], self.interpolated, self.delta, self.eps, group)
         losses = [s.loc_losses for s in sets]
         loss_loc = global_set_means(losses, [torch.ones_like(loss) for loss in losses], group)
         return [

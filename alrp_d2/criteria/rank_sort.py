@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any, Dict, List, Sequence
 
 from torch import Tensor
 
-from ..losses import RankSortLossTerms, rank_sort_loss_indexed, rank_sort_loss_sets
-from ..losses.global_ranking import global_set_means, global_weighted_mean
+from ..losses import RankSortLossTerms, rank_sort_loss
+from ..losses.global_ranking import global_set_means
 from ..losses.localisation_error import LOC_ERROR_KINDS, paired_iou_giou
 from .arguments import check_choice, check_delta
 from .config_keys import HeadKeys
@@ -68,21 +68,9 @@ class RankSortCriterion(RankingCriterion):
         iou, giou = paired_iou_giou(*source.decoded_boxes(positives))
         return 1.0 - (giou if self.loc_error_kind == "giou" else iou)
 
-    def __call__(self, logits: Tensor, targets: Targets, loc_losses: Tensor, group: Any) -> CriterionOutput:
-        rank_sort = _rank_sort_targets(targets)
-        ranked = rank_sort.ranked
-        terms = rank_sort_loss_indexed(
-            logits, ranked.flat_index(logits.shape[-1]), rank_sort.overlaps, ranked.valid, self.delta, self.eps, group
-        )
-        scores = _box_scores(logits, targets)
-        loss_box = global_weighted_mean(loc_losses, scores, group)
-        loss_cls = terms.ranking_loss + terms.sorting_loss
-        balance = value_balance(loss_cls.detach(), loss_box.detach())
-        return CriterionOutput(loss_cls, loss_box, balance, terms.statistics.with_values(weight=balance), scores)
-
-    def rank_sets(self, sets: Sequence[CriterionSet], group: Any) -> List[CriterionOutput]:
+    def __call__(self, sets: Sequence[CriterionSet], group: Any) -> List[CriterionOutput]:
         ranking = [s.ranking(_rank_sort_targets(s.targets).overlaps) for s in sets]
-        terms = rank_sort_loss_sets(ranking, self.delta, self.eps, group)
+        terms = rank_sort_loss(ranking, self.delta, self.eps, group)
         scores = [_box_scores(s.logits, s.targets) for s in sets]
         loss_box = global_set_means([s.loc_losses for s in sets], scores, group)
         loss_cls = terms.ranking_loss + terms.sorting_loss
@@ -104,4 +92,4 @@ def _rank_sort_targets(targets: Targets) -> RankSortTargets:
 
 def _box_scores(logits: Tensor, targets: Targets) -> Tensor:
     """(P,) the detached best class score of every box positive: the weight of its box loss."""
-    return logits.detach()[_rank_sort_targets(targets).box.row].float().sigmoid().amax(dim=-1)
+    return logits.detach()[targets.box.row].float().sigmoid().amax(dim=-1)

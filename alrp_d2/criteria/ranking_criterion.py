@@ -8,13 +8,15 @@ interface and never by the criterion's name (this package imports no detectron2)
    boxes what the criterion needs (:class:`PositiveSource`);
 2. :meth:`RankingCriterion.localisation_losses`: the per-positive localisation loss (E_loc of the decoded boxes,
    an encoded-delta loss, 1 - GIoU, or nothing);
-3. :meth:`RankingCriterion.__call__`: the loss of the ranking and of the localisation, unweighted, with the
-   statistics the self-balance hook logs (:class:`CriterionOutput`).
+3. :meth:`RankingCriterion.__call__`: for every set it is given (:class:`CriterionSet`, one ranking each), the loss of
+   the ranking and of the localisation, unweighted, with the statistics the self-balance hook logs
+   (:class:`CriterionOutput`).
 
-A DETR step asks for several rankings at once (:meth:`RankingCriterion.rank_sets`: every decoder layer, denoising set
-and the encoder's proposals, each its own ranking): aLRP, AP and Rank & Sort Loss rank them in one call of the
-segmented ranking (:func:`alrp_d2.losses.rank_sort_loss_sets`); a criterion without that variant is called once per
-set.
+The one ranking method, :meth:`RankingCriterion.__call__`, is the one every path calls and the one a user's criterion
+overrides: a detection head passes one set (its batch; RS Mask R-CNN's mask loss reads the box head's output), a
+DETR step all its sets (every decoder layer, denoising set and the encoder's proposals, each its own ranking), which
+aLRP, AP and Rank & Sort Loss rank in one call of the segmented ranking (:func:`alrp_d2.losses.rank_sort_loss`). Every
+caller checks its output (:mod:`.output_check`).
 
 Balancing is the criterion's too: the head weights the localisation loss by its localisation weight (self-balanced
 or constant) times the criterion's ``loc_factor`` of the step (1, or Rank & Sort Loss's balancing by the loss values
@@ -34,7 +36,7 @@ from torch import Tensor
 from ..losses.ranking_inputs import RankingSet
 from ..losses.ranking_statistics import RankingStatistics
 from .config_keys import HeadKeys
-from .targets import PositiveTargets, RankSortTargets, RowLabels, Targets
+from .targets import PositiveTargets, RowLabels, Targets
 
 if TYPE_CHECKING:
     from detectron2.config import CfgNode
@@ -102,7 +104,7 @@ class CriterionOutput(NamedTuple):
 
 
 class CriterionSet(NamedTuple):
-    """One ranking of :meth:`RankingCriterion.rank_sets`: what :meth:`RankingCriterion.__call__` takes but the group.
+    """One ranking of :meth:`RankingCriterion.__call__`.
 
     Attributes:
         logits: (rows, K) logits of every (row, class) pair of the set.
@@ -115,15 +117,16 @@ class CriterionSet(NamedTuple):
     loc_losses: Tensor
 
     def ranking(self, positive_values: Optional[Tensor] = None) -> RankingSet:
-        """The set as the segmented ranking takes it: the positives of its ranking (Rank & Sort Loss's ``ranked``
-        ones) with their ``positive_values``."""
-        positives = self.targets.ranked if isinstance(self.targets, RankSortTargets) else self.targets
+        """The set as the ranking losses take it: the positives of its ranking (``targets.ranked``: Rank & Sort
+        Loss's overlapping ones) with their ``positive_values``."""
+        positives = self.targets.ranked
         return RankingSet(self.logits, positives.flat_index(self.logits.shape[-1]), positive_values, positives.valid)
 
 
 def set_fields(*fields: Tensor) -> List[Tuple[Tensor, ...]]:
-    """Per set, its entry of every (S,) field of a segmented ranking's result (one ``unbind`` a field)."""
-    return list(zip(*(field.unbind() for field in fields)))
+    """Per set, its entry of every (S,) field of the ranking losses' result (one ``unbind`` a field; a view of the
+    only entry of one set)."""
+    return list(zip(*(field.unbind() if len(field) != 1 else (field.reshape(()),) for field in fields)))
 
 
 class RankingCriterion:
@@ -169,22 +172,16 @@ class RankingCriterion:
         :meth:`targets`), in their order."""
         raise NotImplementedError
 
-    def __call__(self, logits: Tensor, targets: Targets, loc_losses: Tensor, group: Any) -> CriterionOutput:
-        """
+    def __call__(self, sets: Sequence[CriterionSet], group: Any) -> List[CriterionOutput]:
+        """The output of every set of ``sets``, in their order, each set ranked on its own (no logit of one set is
+        compared with another's): one set from a detection head, every set of a step from a DETR. Every worker of a
+        ``group`` passes as many sets.
+
         Args:
-            logits: (rows, K) logits of every (row, class) pair of the batch.
-            targets: what :meth:`targets` returned.
-            loc_losses: what :meth:`localisation_losses` returned.
+            sets: per set, its (rows, K) logits, what :meth:`targets` and :meth:`localisation_losses` returned.
             group: the :class:`~alrp_d2.losses.RankingGroup` of a global ranking, or None.
         """
         raise NotImplementedError
-
-    def rank_sets(self, sets: Sequence[CriterionSet], group: Any) -> List[CriterionOutput]:
-        """The output of every set of ``sets``, each ranked on its own (no logit of one set is compared with
-        another's), equal to ``[self(*ranking_set, group) for ranking_set in sets]``: one call of the segmented
-        ranking for aLRP, AP and Rank & Sort Loss; this default (a criterion without a one-call variant, e.g. a
-        user's) calls :meth:`__call__` once per set, in order. Every worker of a ``group`` passes as many sets."""
-        return [self(*ranking_set, group) for ranking_set in sets]
 
     def task_weight(self, output: CriterionOutput, task_loss: Tensor) -> Tensor:
         """The detached weight of ``task_loss``, another task of the head (RS Mask R-CNN's mask loss), given the

@@ -71,6 +71,11 @@ class PositiveTargets(NamedTuple):
         """The positives of the localisation loss: the ranking's own (see :attr:`RankSortTargets.box`)."""
         return self
 
+    @property
+    def ranked(self) -> PositiveTargets:
+        """The positives of the ranking: all of them (see :attr:`RankSortTargets.ranked`)."""
+        return self
+
 
 class RankSortTargets(NamedTuple):
     """A head's positives for Rank & Sort Loss, from the IoU of every row's predicted box with its

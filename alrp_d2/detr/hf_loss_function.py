@@ -52,8 +52,8 @@ def rank_sets(
 ) -> Dict[str, Tensor]:
     """The terms of every set, its keys suffixed by the set's: the sets without indices matched with ``cost`` on
     their logits (:func:`~alrp_d2.detr.set_matching.match_sets`: one host copy for all), each set's ``scores`` of its
-    logits (the logits when None) ranked on its own, all sets in one :meth:`SetRankingLoss.forward_sets` call (one
-    ranking call for the whole step), in the same order on every worker. The one place that ranks a step's sets."""
+    logits (the logits when None) ranked on its own, all sets in one :meth:`SetRankingLoss.forward` call (one ranking
+    call for the whole step), in the same order on every worker. The one place that ranks a step's sets."""
     unmatched = [(prediction.logits, prediction.boxes) for prediction in sets if prediction.indices is None]
     matchings = iter(match_sets(cost, unmatched, labels) if cost is not None else [])
     matched = []
@@ -61,7 +61,7 @@ def rank_sets(
         indices = prediction.indices if prediction.indices is not None else next(matchings)
         ranked = prediction.logits if scores is None else scores(prediction.logits)
         matched.append(MatchedSet(ranked, prediction.boxes, indices))
-    terms = loss.forward_sets(matched, labels)
+    terms = loss(matched, labels)
     return {
         key + prediction.suffix: value for prediction, set_terms in zip(sets, terms) for key, value in set_terms.items()
     }

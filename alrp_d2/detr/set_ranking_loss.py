@@ -6,7 +6,7 @@ queries alike). A ranking criterion ranks them, as a head's criterion (its outpu
 its ``loc_factor`` honoured); the matched boxes add L1 and GIoU terms (fixed weights, or each rescaled to the ranking
 loss's value as BRS-DETR does), the criterion's own localisation loss, or nothing (the model's own box terms,
 :func:`alrp_d2.detr.use_ranking_loss`). All sets of a training step (the decoder layers, the denoising sets, the
-encoder's proposals) are ranked in one criterion call (:meth:`SetRankingLoss.forward_sets`), each on its own.
+encoder's proposals) are ranked in one criterion call (:meth:`SetRankingLoss.forward`), each on its own.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from ..criteria import (
     RowLabels,
     value_balance,
 )
-from ..criteria.output_check import check_criterion_output, check_criterion_outputs
+from ..criteria.output_check import check_criterion_outputs
 from ..losses.global_ranking import RankingGroup, check_ranking, exchange_checked, global_mean, ranking_group
 from ..losses.ranking_statistics import RankingStatistics
 from .box_normaliser import check_box_normaliser
@@ -43,7 +43,8 @@ DEFAULT_BOX_WEIGHTS = {"value_balanced": (1.0, 1.0), "fixed": (5.0, 2.0), "own":
 
 
 class MatchedSet(NamedTuple):
-    """One set of a step's predictions as :meth:`SetRankingLoss.forward` takes it (its arguments but the targets)."""
+    """One set of a step's predictions as :meth:`SetRankingLoss.forward` takes it: (B, Q, C) logits, (B, Q, 4) boxes
+    and the matched pairs' indices."""
 
     logits: Tensor
     pred_boxes: Tensor
@@ -97,7 +98,7 @@ def box_term_weights(
 class SetRankingLoss(nn.Module):
     """The per-layer set-prediction ranking loss (module docstring).
 
-    ``forward`` returns, each already weighted (sum them all):
+    ``forward`` returns per set, each already weighted (sum them all):
 
     * ``loss_rank``: ``rank_weight`` times the criterion's ranking loss (Rank & Sort: L_rank + L_sort, ranked by the
       IoU of each matched box, detached; aLRP: L_cls with the matched boxes' E_loc in the positives' errors; AP: the
@@ -170,37 +171,27 @@ class SetRankingLoss(nn.Module):
         )
         self._statistics: Optional[RankingStatistics] = None
 
-    def forward(self, logits: Tensor, pred_boxes: Tensor, indices: Indices, targets: Targets) -> Dict[str, Tensor]:
-        """The terms of one layer, ranked by a criterion call of its own (:meth:`forward_sets` ranks several).
+    def forward(self, sets: Sequence[MatchedSet], targets: Targets) -> List[Dict[str, Tensor]]:
+        """The terms of every set of a step (e.g. every decoder layer, denoising set and the encoder's proposals; one
+        layer is a list of one): each set's matched pairs and box terms its own, all sets ranked by one call of the
+        criterion (:meth:`RankingCriterion.__call__`: one call of the segmented ranking for aLRP, AP and Rank & Sort
+        Loss), its output checked. :meth:`take_statistics` then gives the last set's statistics. Every worker of a
+        global ranking passes as many sets.
 
         Args:
-            logits: (B, Q, C) the layer's class logits (sigmoid classes).
-            pred_boxes: (B, Q, 4) its boxes, normalised cxcywh.
-            indices: per image, (query indices, target indices) of the matched pairs, as HF's matchers return them.
+            sets: per set, (B, Q, C) class logits (sigmoid classes), (B, Q, 4) boxes (normalised cxcywh) and per
+                image (query indices, target indices) of the matched pairs, as HF's matchers return them.
             targets: per image, ``{"class_labels": (T,), "boxes": (T, 4)}`` (normalised cxcywh).
 
         Returns:
-            The weighted terms (class docstring).
+            Per set, its weighted terms (class docstring).
         """
-        group = ranking_group(self.ranking)  # per call: the process group may start after the model is built
-        layer = self._layer(MatchedSet(logits, pred_boxes, indices), targets, group)
-        output = self.criterion(*layer.ranking, group)
-        check_criterion_output(self.criterion, output, layer.ranking.logits, layer.ranking.loc_losses)
-        return self._terms(layer, output, group)
-
-    def forward_sets(self, sets: Sequence[MatchedSet], targets: Targets) -> List[Dict[str, Tensor]]:
-        """The terms of every set of a step (e.g. every decoder layer, denoising set and the encoder's proposals),
-        as :meth:`forward` gives them set by set: each set's matched pairs and box terms its own, all sets ranked by
-        one :meth:`RankingCriterion.rank_sets` call (one call of the segmented ranking for aLRP, AP and Rank & Sort
-        Loss; a criterion without it is called once per set). :meth:`take_statistics` then gives the last set's
-        statistics, as after calling :meth:`forward` set by set. Every worker of a global ranking passes as many
-        sets."""
         if not sets:
             return []
-        group = ranking_group(self.ranking)
+        group = ranking_group(self.ranking)  # per call: the process group may start after the model is built
         layers = [self._layer(matched_set, targets, group) for matched_set in sets]
         rankings = [layer.ranking for layer in layers]
-        outputs = self.criterion.rank_sets(rankings, group)
+        outputs = self.criterion(rankings, group)
         check_criterion_outputs(self.criterion, outputs, rankings)
         return [self._terms(layer, output, group) for layer, output in zip(layers, outputs)]
 
@@ -242,8 +233,8 @@ class SetRankingLoss(nn.Module):
         return terms
 
     def take_statistics(self) -> Optional[RankingStatistics]:
-        """The criterion's statistics of the last set of the last :meth:`forward` or :meth:`forward_sets` (None if
-        there was none since the last call)."""
+        """The criterion's statistics of the last set of the last :meth:`forward` (None if there was none since the
+        last call)."""
         statistics, self._statistics = self._statistics, None
         return statistics
 

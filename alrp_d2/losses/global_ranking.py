@@ -199,7 +199,10 @@ def global_set_means(
 ) -> Tensor:
     """(S,) :func:`global_weighted_mean` of every set's 1-D ``values`` with its (detached) ``weights``, all sets
     at once: one scatter of all values and, with a group, one all-reduce of 2 S floats for all sets (the local
-    gradients times the world size). A set without a value on any worker gives a zero connected to ``values``."""
+    gradients times the world size); one set: its :func:`global_weighted_mean`. A set without a value on any worker
+    gives a zero connected to ``values``."""
+    if len(values) == 1:
+        return global_weighted_mean(values[0], weights[0], group, eps).reshape(1)
     flat = torch.cat(list(values))
     counts = torch.tensor([len(value) for value in values], dtype=torch.long, device=flat.device)
     set_of = torch.repeat_interleave(torch.arange(len(values), device=flat.device), counts, output_size=len(flat))

@@ -1,4 +1,4 @@
-"""The input checks of the ranking losses' label APIs: ``labels`` (M,) with 1 for positives, 0 for
+"""The input checks of the ranking losses' labelled sets (``LabelledSet``): ``labels`` (M,) with 1 for positives, 0 for
 negatives and -1 for ignored entries (Rank & Sort Loss: continuous ``targets``, > 0 for positives),
 validated once, and the error a non-finite input raises."""
 

@@ -37,19 +37,12 @@ from torch import Tensor
 
 from .error_driven import ErrorDrivenRankingLoss, check_hyperparameters, nan_unless_finite, output_dtype
 from .global_ranking import RankingGroup
-from .ranking_inputs import RankingInputs, RankingSet, set_values
+from .ranking_inputs import TARGETS, AnySet, RankingInputs
 from .ranking_path import SortingSums
 from .ranking_statistics import RankingStatistics
 from .relation_sums import PositiveRanking
-from .serial_indexing import take_rows
 
-__all__ = [
-    "RankSortLossTerms",
-    "rank_sort_loss",
-    "rank_sort_loss_indexed",
-    "rank_sort_loss_sets",
-    "rank_sort_loss_terms",
-]
+__all__ = ["RankSortLossTerms", "rank_sort_loss"]
 
 
 class RankSortLossTerms(NamedTuple):
@@ -72,26 +65,23 @@ class RankSortLossTerms(NamedTuple):
         )
 
 
-def rank_sort_loss_indexed(
-    logits: Tensor,
-    positive_index: Tensor,
-    positive_targets: Tensor,
-    valid: Optional[Tensor] = None,
+def rank_sort_loss(
+    sets: Sequence[AnySet],
     delta: float = 0.5,
     eps: float = 1e-10,
     group: Optional[RankingGroup] = None,
     path: str = "auto",
 ) -> RankSortLossTerms:
-    """RS Loss over one ranking of all positives and negatives (module docstring), from the
-    positives' indices as :func:`alrp_d2.losses.alrp_loss_indexed` takes them. The inputs are not
-    validated (:func:`rank_sort_loss_terms` validates targets); a NaN or infinite logit makes the
-    ranking loss NaN, without a host synchronisation.
+    """RS Loss of every set of ``sets``, each its own ranking of all its positives and negatives (module docstring);
+    every field of the result is (S,), one value a set. A :class:`RankingSet`'s ``positive_values`` are its positives'
+    targets in (0, 1] (e.g. the IoU), not validated: a NaN or infinite logit makes its ranking loss NaN, without a host
+    synchronisation. A :class:`LabelledSet`'s labels are the continuous target of every entry (> 0 positive, 0
+    negative, < 0 ignored), validated: shapes, dtypes, NaN or infinite logits or targets, targets > 1 raise, naming
+    what is wrong.
 
     Args:
-        logits: classification logits of any shape (M entries), any float dtype (computed in float64).
-        positive_index: (P,) distinct indices of the positives into the flattened logits.
-        positive_targets: (P,) their continuous labels in (0, 1] (e.g. the IoU), in the same order.
-        valid: None, or a bool tensor broadcastable to ``logits.shape``, False for ignored examples.
+        sets: the rankings; one set is a list of one, several are ranked in one call, each on its own
+            (:mod:`alrp_d2.losses.segmented_path`). Logits of any shape and float dtype (computed in float64).
         delta: smoothness of H, >= 0; 0 is the official unit step with H(0) = 1.
         eps: the gates ``N_FP(i) > eps`` and ``D(i) > eps`` (strict, as the official code).
         group: rank the examples of all workers of this group as one ranking (see
@@ -100,11 +90,12 @@ def rank_sort_loss_indexed(
         path: the implementation of the ranking statistics, ``"auto"`` (``scan`` on the CPU, ``dense`` on other
             devices), ``"scan"`` or ``"dense"`` (:mod:`alrp_d2.losses.ranking_path`; the same values either way).
 
-    Without positives (of any worker) both losses are zeros connected to ``logits``.
+    Without positives (of any worker) both losses are zeros connected to the logits.
     """
     check_hyperparameters(delta, eps, unit_step=True)
-    inputs = RankingInputs.indexed(logits, positive_index, valid, group, path)
-    return _rank_sort_loss(inputs, positive_targets, delta, eps)
+    inputs, targets = RankingInputs.of_sets(sets, group, path, TARGETS)
+    assert targets is not None
+    return _rank_sort_loss(inputs, targets, delta, eps)
 
 
 def _rank_sort_loss(inputs: RankingInputs, positive_targets: Tensor, delta: float, eps: float) -> RankSortLossTerms:
@@ -131,40 +122,6 @@ def _rank_sort_loss(inputs: RankingInputs, positive_targets: Tensor, delta: floa
     return inputs.loss_terms(delta, positive_targets, without_positives, from_ranking)
 
 
-def rank_sort_loss_sets(
-    sets: Sequence[RankingSet],
-    delta: float = 0.5,
-    eps: float = 1e-10,
-    group: Optional[RankingGroup] = None,
-    path: str = "auto",
-) -> RankSortLossTerms:
-    """:func:`rank_sort_loss_indexed` of every set of ``sets`` (their ``positive_values``: the positives' targets).
-
-    The (S,) fields hold every set's values, each set ranked alone, all sets in one call
-    (:mod:`alrp_d2.losses.segmented_path`; ``path`` as for :func:`rank_sort_loss_indexed`).
-    """
-    check_hyperparameters(delta, eps, unit_step=True)
-    inputs = RankingInputs.of_sets(sets, group, path)
-    return _rank_sort_loss(inputs, set_values(sets, "targets"), delta, eps)
-
-
-def rank_sort_loss_terms(
-    logits: Tensor,
-    targets: Tensor,
-    delta: float = 0.5,
-    eps: float = 1e-10,
-    group: Optional[RankingGroup] = None,
-    path: str = "auto",
-) -> RankSortLossTerms:
-    """:func:`rank_sort_loss_indexed` with ``targets`` (M,), the continuous label of each entry of
-    the (M,) ``logits``: in (0, 1] (e.g. IoU) for a positive, 0 for a negative, < 0 for an ignored
-    entry. The inputs are validated: shapes, dtypes, NaN or infinite logits or targets, targets > 1
-    raise, naming what is wrong."""
-    check_hyperparameters(delta, eps, unit_step=True)
-    inputs = RankingInputs.targeted(logits, targets, group, path)
-    return _rank_sort_loss(inputs, take_rows(targets.detach().reshape(-1), inputs.positive_index), delta, eps)
-
-
 def _errors_and_sorting_update(
     ranking: PositiveRanking, relations: SortingSums, eps: float
 ) -> Tuple[Tensor, Tensor, Tensor]:
@@ -186,11 +143,3 @@ def _errors_and_sorting_update(
     sorting_update = relations.larger_target_source_sums(distributed.unsqueeze(1)).squeeze(1)
     sorting_update -= torch.where(active, sorting_errors, 0.0) / normaliser
     return ranking_errors, sorting_errors, sorting_update
-
-
-def rank_sort_loss(
-    logits: Tensor, targets: Tensor, delta: float = 0.5, eps: float = 1e-10, path: str = "auto"
-) -> Tuple[Tensor, Tensor]:
-    """RS Loss as ``(ranking_loss, sorting_loss)``; see :func:`rank_sort_loss_terms`."""
-    terms = rank_sort_loss_terms(logits, targets, delta, eps, path=path)
-    return terms.ranking_loss, terms.sorting_loss

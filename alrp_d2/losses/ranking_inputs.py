@@ -1,9 +1,10 @@
-"""The inputs of one ranking as the losses compute them, from the index API (the positives' flat
-indices and a validity mask, not validated) or from the label API (validated once)."""
+"""The inputs of the ranking losses: their sets, each by its positives' flat indices and a validity mask
+(:class:`RankingSet`, not validated) or by a label of every entry (:class:`LabelledSet`, validated once), as the
+losses compute them (:class:`RankingInputs`)."""
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple, Optional, Sequence, TypeVar
+from typing import Callable, NamedTuple, Optional, Sequence, Tuple, TypeVar, Union, cast
 
 import torch
 from torch import Tensor
@@ -14,16 +15,17 @@ from .input_checks import check_rank_sort_inputs, check_ranking_inputs
 from .ranking_path import RankingPath, choose_path
 from .relation_sums import PositiveRanking
 from .segmented_path import SegmentedPath
+from .serial_indexing import take_rows
 from .set_layout import SetLayout
 
-__all__ = ["RankingInputs", "RankingSet", "set_values"]
+__all__ = ["TARGETS", "AnySet", "LabelledSet", "RankingInputs", "RankingSet", "set_values"]
 
 Terms = TypeVar("Terms", bound=tuple)
 
 
 class RankingSet(NamedTuple):
-    """One set of a segmented ranking (e.g. one decoder layer's predictions of a DETR step), as the index API
-    takes a ranking.
+    """One ranking (e.g. a head's batch, or one decoder layer's predictions of a DETR step) by its positives' indices:
+    what a detection head already has, not validated.
 
     Attributes:
         logits: the set's scores, of any shape (e.g. (B, Q, C)).
@@ -38,6 +40,14 @@ class RankingSet(NamedTuple):
     positive_values: Optional[Tensor] = None
     valid: Optional[Tensor] = None
 
+    def checked_positives(self, values: Optional[str]) -> int:
+        """The number of positives (nothing is validated)."""
+        return self.positive_index.numel()
+
+    def indexed(self, values: Optional[str]) -> RankingSet:
+        """The set itself."""
+        return self
+
     def values(self) -> Tensor:
         """The ``positive_values``, which the caller has checked (:func:`set_values`)."""
         if self.positive_values is None:
@@ -45,11 +55,57 @@ class RankingSet(NamedTuple):
         return self.positive_values
 
 
-def set_values(sets: Sequence[RankingSet], name: str) -> Tensor:
-    """The ``positive_values`` of all sets one after the other; a ValueError naming the set without them."""
+class LabelledSet(NamedTuple):
+    """One ranking by a label of every entry, validated once (shapes, label values, NaN or infinite logits, errors or
+    targets raise, naming what is wrong; :mod:`alrp_d2.losses.input_checks`).
+
+    Attributes:
+        logits: (M,) the scores.
+        labels: (M,) 1 positive, 0 negative, -1 ignored (an integer or bool tensor) for aLRP and AP Loss; for Rank &
+            Sort Loss the continuous targets (floating-point): in (0, 1] (e.g. the IoU) for a positive, 0 for a
+            negative, < 0 for an ignored entry.
+        positive_values: (P,) aLRP Loss's E_loc of the positives in the order in which they appear in ``logits``;
+            None for AP and Rank & Sort Loss.
+    """
+
+    logits: Tensor
+    labels: Tensor
+    positive_values: Optional[Tensor] = None
+
+    def checked_positives(self, values: Optional[str]) -> int:
+        """Validates the set for a loss whose positives carry ``values`` (:func:`set_values`'s name; ``"targets"``:
+        Rank & Sort Loss's continuous labels) with one host synchronisation; returns its number of positives."""
+        if values == TARGETS:
+            if self.positive_values is not None:
+                raise ValueError("Rank & Sort Loss's LabelledSet: its labels are the targets, positive_values None")
+            return check_rank_sort_inputs(self.logits, self.labels)
+        return check_ranking_inputs(self.logits, self.labels, self.positive_values if values else None)
+
+    def indexed(self, values: Optional[str]) -> RankingSet:
+        """The set by its positives' indices (call :meth:`checked_positives` first)."""
+        flat = self.labels.detach().reshape(-1)
+        if values == TARGETS:
+            index = torch.nonzero(flat > 0).squeeze(1)
+            return RankingSet(self.logits, index, take_rows(flat, index), flat >= 0)
+        return RankingSet(self.logits, torch.nonzero(flat == 1).squeeze(1), self.positive_values, flat >= 0)
+
+
+#: What the ranking losses take: sets by their positives' indices or by labels, in any mix.
+AnySet = Union[RankingSet, LabelledSet]
+#: The name of Rank & Sort Loss's positive values (:func:`set_values`), whose label form is continuous targets.
+TARGETS = "targets"
+
+
+def set_values(sets: Sequence[RankingSet], name: Optional[str]) -> Optional[Tensor]:
+    """The ``positive_values`` of all sets one after the other (None without a ``name``: the loss takes none); a
+    ValueError naming the sets without them."""
+    if name is None:
+        return None
     missing = [index for index, ranking_set in enumerate(sets) if ranking_set.positive_values is None]
     if missing:
         raise ValueError(f"every set needs its positives' {name} (positive_values); set(s) {missing} have none")
+    if len(sets) == 1:
+        return sets[0].values()
     return torch.cat([ranking_set.values() for ranking_set in sets])
 
 
@@ -84,54 +140,34 @@ class RankingInputs(NamedTuple):
     path: RankingPath
 
     @staticmethod
-    def indexed(
-        logits: Tensor, positive_index: Tensor, valid: Optional[Tensor], group: Optional[RankingGroup], path: str
-    ) -> RankingInputs:
-        """The index API: nothing is validated (with a group, the numbers of positives are exchanged); ``path``:
-        one of :data:`alrp_d2.losses.ranking_path.PATHS`."""
-        chosen = choose_path(path, logits.device)
-        num_positives, exchange = exchange_checked(lambda: positive_index.numel(), logits.device, group)
-        return RankingInputs(logits, positive_index, valid, num_positives, exchange, chosen)
-
-    @staticmethod
-    def of_sets(sets: Sequence[RankingSet], group: Optional[RankingGroup], path: str) -> RankingInputs:
-        """The index API for several sets ranked in one call, each on its own
-        (:mod:`alrp_d2.losses.segmented_path`): their logits flattened one after the other."""
+    def of_sets(
+        sets: Sequence[AnySet], group: Optional[RankingGroup], path: str, values: Optional[str]
+    ) -> Tuple[RankingInputs, Optional[Tensor]]:
+        """The inputs of ``sets`` (every set validated first if labelled; with a group, the numbers of positives
+        exchanged) and their positives' ``values`` (:func:`set_values`). One set is one ranking; several are ranked
+        in one call, each on its own (:mod:`alrp_d2.losses.segmented_path`), their logits flattened one after the
+        other. ``path``: one of :data:`alrp_d2.losses.ranking_path.PATHS`."""
         if not sets:
-            raise ValueError("a segmented ranking needs at least one set")
+            raise ValueError("a ranking loss needs at least one set")
         device = sets[0].logits.device
-        logits = torch.cat([ranking_set.logits.reshape(-1) for ranking_set in sets])
-        positive_counts = [ranking_set.positive_index.numel() for ranking_set in sets]
-        layout = SetLayout.of([ranking_set.logits.numel() for ranking_set in sets], positive_counts, device)
-        positive_index = torch.cat([ranking_set.positive_index.reshape(-1) for ranking_set in sets])
-        positive_index = positive_index + layout.positive_rows[0]
-        num_positives, exchange = exchange_checked(lambda: sum(positive_counts), device, group)
-        chosen = SegmentedPath(layout, choose_path(path, device))
-        return RankingInputs(logits, positive_index, _flat_valid(sets), num_positives, exchange, chosen)
-
-    @staticmethod
-    def labelled(
-        logits: Tensor, labels: Tensor, extra: Optional[Tensor], group: Optional[RankingGroup], path: str
-    ) -> RankingInputs:
-        """The label API: (M,) ``labels`` 1 / 0 / -1 and the positives' ``extra`` values (E_loc),
-        validated (:func:`alrp_d2.losses.input_checks.check_ranking_inputs`) on every worker."""
-        chosen = choose_path(path, logits.device)
+        chosen = choose_path(path, device)
         num_positives, exchange = exchange_checked(
-            lambda: check_ranking_inputs(logits, labels, extra), logits.device, group
+            lambda: sum(ranking_set.checked_positives(values) for ranking_set in sets), device, group
         )
-        flat = labels.reshape(-1)
-        return RankingInputs(logits, torch.nonzero(flat == 1).squeeze(1), flat >= 0, num_positives, exchange, chosen)
-
-    @staticmethod
-    def targeted(logits: Tensor, targets: Tensor, group: Optional[RankingGroup], path: str) -> RankingInputs:
-        """Rank & Sort Loss's label API: (M,) continuous ``targets`` (> 0 positive, 0 negative,
-        < 0 ignored), validated (:func:`alrp_d2.losses.input_checks.check_rank_sort_inputs`)."""
-        chosen = choose_path(path, logits.device)
-        num_positives, exchange = exchange_checked(
-            lambda: check_rank_sort_inputs(logits, targets), logits.device, group
+        indexed = [ranking_set.indexed(values) for ranking_set in sets]
+        positive_values = set_values(indexed, values)
+        if len(indexed) == 1:
+            logits, positive_index, _, valid = indexed[0]
+            return RankingInputs(logits, positive_index, valid, num_positives, exchange, chosen), positive_values
+        flat_logits = torch.cat([ranking_set.logits.reshape(-1) for ranking_set in indexed])
+        positive_counts = [ranking_set.positive_index.numel() for ranking_set in indexed]
+        layout = SetLayout.of([ranking_set.logits.numel() for ranking_set in indexed], positive_counts, device)
+        flat_index = torch.cat([ranking_set.positive_index.reshape(-1) for ranking_set in indexed])
+        flat_index = flat_index + layout.positive_rows[0]
+        inputs = RankingInputs(
+            flat_logits, flat_index, _flat_valid(indexed), num_positives, exchange, SegmentedPath(layout, chosen)
         )
-        flat = targets.detach().reshape(-1)
-        return RankingInputs(logits, torch.nonzero(flat > 0).squeeze(1), flat >= 0, num_positives, exchange, chosen)
+        return inputs, positive_values
 
     def rank(self, delta: float, positive_values: Optional[Tensor] = None) -> PositiveRanking:
         """The positives sorted and related to the relevant negatives (:meth:`PositiveRanking.build`)."""
@@ -148,9 +184,12 @@ class RankingInputs(NamedTuple):
     ) -> Terms:
         """What every ranking loss does with its inputs: ``without_positives(zero)`` when no worker has a
         positive (``zero``: the loss of every ranking, 0 of the output dtype, connected to the logits), otherwise
-        ``from_ranking(self.rank(delta, positive_values))`` with autocast off (float64 relation sums)."""
+        ``from_ranking(self.rank(delta, positive_values))`` with autocast off (float64 relation sums); every field of
+        the result (S,), one value a set (views of one ranking's scalars)."""
         logits = self.logits
         if self.num_positives == 0:
-            return without_positives(self.path.zeros(zero_connected(logits, output_dtype(logits))))
-        with torch.autocast(device_type=logits.device.type, enabled=False):
-            return from_ranking(self.rank(delta, positive_values))
+            terms = without_positives(self.path.zeros(zero_connected(logits, output_dtype(logits))))
+        else:
+            with torch.autocast(device_type=logits.device.type, enabled=False):
+                terms = from_ranking(self.rank(delta, positive_values))
+        return cast(Terms, type(terms)(*(field.reshape(-1) for field in terms)))

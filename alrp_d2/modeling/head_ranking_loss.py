@@ -14,8 +14,14 @@ from ..checks.errors import naming_config_keys, require_argument
 from ..checks.hyperparameter_ranges import loc_weight_problem, weight_problem
 from ..criteria.config_keys import HEAD_KEYS, HeadKeys
 from ..criteria.correlation_term import correlation_terms
-from ..criteria.output_check import check_criterion_output
-from ..criteria.ranking_criterion import CriterionOutput, PositiveSource, PositiveTerm, RankingCriterion
+from ..criteria.output_check import check_criterion_outputs
+from ..criteria.ranking_criterion import (
+    CriterionOutput,
+    CriterionSet,
+    PositiveSource,
+    PositiveTerm,
+    RankingCriterion,
+)
 from ..criteria.registry import build_ranking_criterion
 from ..criteria.targets import PositiveTargets, RowLabels
 from ..losses.global_ranking import RANKINGS, ranking_group
@@ -192,8 +198,10 @@ class HeadRankingLoss(nn.Module):
         targets = self.criterion.targets(rows, source)
         positives = targets.box
         loc_losses = self.criterion.localisation_losses(positives, source)
-        output = self.criterion(logits, targets, loc_losses, group)
-        check_criterion_output(self.criterion, output, logits, loc_losses)
+        sets = [CriterionSet(logits, targets, loc_losses)]
+        outputs = self.criterion(sets, group)
+        check_criterion_outputs(self.criterion, outputs, sets)
+        output = outputs[0]
         output = output._replace(loss_cls=torch.where(positives.labels_in_range, output.loss_cls, torch.nan))
         statistics = output.statistics.with_values(cls=output.loss_cls, loc=output.loss_loc, **logit_range(logits))
         if not self.balanced_tasks:

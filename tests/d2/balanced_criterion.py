@@ -5,7 +5,7 @@ by config alone: nothing outside this file knows it."""
 
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import Any, Dict, List, Sequence
 
 import torch.nn.functional as F
 from torch import Tensor
@@ -13,6 +13,7 @@ from torch import Tensor
 from alrp_d2.criteria import (
     RANKING_CRITERION_REGISTRY,
     CriterionOutput,
+    CriterionSet,
     PositiveSource,
     PositiveTargets,
     RankingCriterion,
@@ -40,14 +41,16 @@ class BalancedCrossEntropyCriterion(RankingCriterion):
     def localisation_losses(self, positives: PositiveTargets, source: PositiveSource) -> Tensor:
         return 1.0 - paired_iou_giou(*source.decoded_boxes(positives))[1]
 
-    def __call__(self, logits: Tensor, targets: Targets, loc_losses: Tensor, group: Any) -> CriterionOutput:
-        assert isinstance(targets, PositiveTargets)
+    def __call__(self, sets: Sequence[CriterionSet], group: Any) -> List[CriterionOutput]:
+        return [self._one_set(logits, targets, loc_losses, group) for logits, targets, loc_losses in sets]
+
+    def _one_set(self, logits: Tensor, targets: Targets, loc_losses: Tensor, group: Any) -> CriterionOutput:
         labels = logits.new_zeros(logits.shape).flatten()
-        labels[targets.flat_index(logits.shape[-1])] = 1.0
+        labels[targets.ranked.flat_index(logits.shape[-1])] = 1.0
         losses = F.binary_cross_entropy_with_logits(logits.flatten(), labels, reduction="none")
-        valid = targets.valid.expand_as(logits).flatten()
-        loss_cls = (losses * valid).sum() / max(len(targets.row), 1)
-        scores = logits.detach()[targets.row].sigmoid().amax(dim=-1)
+        valid = targets.ranked.valid.expand_as(logits).flatten()
+        loss_cls = (losses * valid).sum() / max(len(targets.ranked.row), 1)
+        scores = logits.detach()[targets.box.row].sigmoid().amax(dim=-1)
         loss_box = global_weighted_mean(loc_losses, scores, group)
         balance = value_balance(loss_cls.detach(), loss_box.detach())
         zero = loss_cls.detach() * 0

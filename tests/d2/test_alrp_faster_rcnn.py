@@ -64,11 +64,12 @@ def ranking_inputs(monkeypatch):
         heads.append(self.name)
         return forward(self, logits, rows, source)
 
-    def spy_criterion(self, logits, targets, loc_errors, group):
+    def spy_criterion(self, sets, group):
+        ((logits, targets, loc_errors),) = sets
         labels = torch.where(targets.valid, 0, -1).expand_as(logits).clone()
         labels.view(-1)[targets.flat_index(logits.shape[-1])] = 1
         calls[heads[-1]] = (logits.detach(), labels.flatten(), loc_errors.detach())
-        return criterion(self, logits, targets, loc_errors, group)
+        return criterion(self, sets, group)
 
     monkeypatch.setattr(HeadRankingLoss, "forward", spy_forward)
     monkeypatch.setattr(AlrpCriterion, "__call__", spy_criterion)

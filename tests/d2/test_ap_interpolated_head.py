@@ -6,10 +6,10 @@ from detectron2.modeling import build_model
 from detectron2.utils.events import EventStorage
 
 from alrp_d2.config import setup_cfg
-from alrp_d2.criteria import APCriterion, InterpolatedAPCriterion, PositiveTargets
-from alrp_d2.losses import ap_loss
+from alrp_d2.criteria import APCriterion, CriterionSet, InterpolatedAPCriterion, PositiveTargets
+from alrp_d2.losses import LabelledSet, ap_loss
 
-from ..ranking_cases import random_case
+from ..ranking_cases import only_set, random_case
 from .tiny_configs import CONFIG_DIR, ranking_statistics, tiny_batch, tiny_retinanet_cfg
 
 CRITERIA = {"interpolated": (InterpolatedAPCriterion, None), "plain": (APCriterion, 1e-5)}
@@ -30,10 +30,11 @@ def test_head_loss_is_the_official_ap_loss(seed):
     logits, labels, _, delta = random_case(seed, torch.float32, "cpu")
     criterion = ap_criterion("interpolated", delta)
     leaf = logits.clone().requires_grad_(True)
-    value = criterion(leaf[:, None], targets_of(labels), torch.rand(int((labels == 1).sum())), None).loss_cls
+    (output,) = criterion([CriterionSet(leaf[:, None], targets_of(labels), torch.rand(int((labels == 1).sum())))], None)
+    value = output.loss_cls
     (grad,) = torch.autograd.grad(value, [leaf])
     reference = logits.clone().requires_grad_(True)
-    expected = ap_loss(reference, labels, delta=delta, eps=None, interpolated=True)
+    expected = only_set(ap_loss([LabelledSet(reference, labels)], delta=delta, eps=None, interpolated=True)).loss
     (expected_grad,) = torch.autograd.grad(expected, [reference])
     assert value.item() == expected.item()
     assert torch.equal(grad, expected_grad)
@@ -46,7 +47,8 @@ def test_head_loss_has_no_false_positive_gate():
     grads = {}
     for kind in CRITERIA:
         leaf = logits.clone().requires_grad_(True)
-        value = ap_criterion(kind)(leaf[:, None], targets_of(labels), torch.rand(1), None).loss_cls
+        (output,) = ap_criterion(kind)([CriterionSet(leaf[:, None], targets_of(labels), torch.rand(1))], None)
+        value = output.loss_cls
         (grads[kind],) = torch.autograd.grad(value, [leaf])
     assert grads["interpolated"][0] < 0 < grads["interpolated"][1]
     assert torch.all(grads["plain"] == 0)

@@ -150,6 +150,7 @@ def _vector(output: CriterionOutput) -> Any:
 CRITERION_OUTPUTS = {
     "vector": (_vector, r"returned loss_cls as a tensor of shape \(3,\)"),
     "tuple": (tuple, r"returned a tuple, not a CriterionOutput whose loss_cls"),
+    "statistics": (lambda output: output._replace(statistics=None), r"returned statistics as a NoneType"),
     "float": (lambda output: output._replace(loss_loc=output.loss_loc.item()), r"returned loss_loc as a float"),
     "detached": (lambda output: output._replace(loss_cls=output.loss_cls.detach()), r"returned loss_cls without a"),
 }
@@ -160,8 +161,8 @@ def test_a_criterion_output_that_cannot_train_names_the_criterion(case):
     edit, message = CRITERION_OUTPUTS[case]
 
     class EditedCriterion(AlrpCriterion):
-        def __call__(self, *args: Any) -> Any:
-            return edit(super().__call__(*args))
+        def __call__(self, sets: Any, group: Any) -> Any:
+            return [edit(output) for output in super().__call__(sets, group)]
 
     torch.manual_seed(0)
     model = build_model(tiny_retinanet_cfg()).train()

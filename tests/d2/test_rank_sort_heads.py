@@ -17,7 +17,7 @@ from detectron2.utils.events import EventStorage
 from torch import Tensor
 
 from alrp_d2.config import setup_cfg
-from alrp_d2.criteria import RankSortCriterion, RankSortTargets, RowLabels
+from alrp_d2.criteria import CriterionSet, RankSortCriterion, RankSortTargets, RowLabels
 from alrp_d2.modeling import (
     AlrpGeneralizedRCNN,
     HeadRankingLoss,
@@ -173,7 +173,7 @@ def test_positives_of_iou_zero_only_leave_no_ranking_and_no_box_gradient():
     targets = RankSortTargets.of_labels(labels, 2, torch.zeros(10, dtype=torch.float64))
     assert len(targets.box.row) == 2 and len(targets.ranked.row) == 0
     box_losses = torch.tensor([1.5, 1.2], dtype=torch.float64, requires_grad=True)
-    out = criterion(logits, targets, box_losses, None)
+    (out,) = criterion([CriterionSet(logits, targets, box_losses)], None)
     loss_loc = out.loc_factor * out.loss_loc
     assert out.loss_cls.item() == 0 and loss_loc.item() == 0 and out.loss_loc.item() > 0
     (out.loss_cls + loss_loc).backward()

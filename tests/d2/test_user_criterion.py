@@ -15,6 +15,7 @@ from alrp_d2.engine.self_balance import find_ranking_losses
 from alrp_d2.lazy_config import ranked_rcnn, registered_criterion
 from alrp_d2.modeling import HeadRankingLoss, RankSortMaskHead
 
+from ..user_criteria import zeroed
 from .balanced_criterion import BalancedCrossEntropyCriterion
 from .docs_criterion import load_docs_criterion
 from .tiny_configs import (
@@ -49,6 +50,24 @@ def test_a_user_criterion_trains_the_detector_by_its_config_name(detector):
     sum(losses.values()).backward()
     gradients = [p.grad.abs().sum() for p in model.parameters() if p.grad is not None]
     assert gradients and sum(gradients) > 0
+
+
+@pytest.mark.parametrize("detector", list(CASES))
+def test_a_subclass_that_overrides_call_changes_every_heads_loss(detector):
+    """The method docs/criteria.md has users write is the one the heads call: a subclass zeroing ``loss_cls``
+    zeroes every head's (a DETR's: tests/test_detr_one_call_ranking.py, tests/hf/test_hf_user_criterion.py)."""
+    build, heads = CASES[detector]
+    torch.manual_seed(0)
+    model = build_model(build()).train()
+    with EventStorage():
+        stock = model(tiny_batch())
+    for loss in find_ranking_losses(model).values():
+        loss.criterion = zeroed(loss.criterion)
+    with EventStorage():
+        losses = model(tiny_batch())
+    for head in heads:
+        assert float(stock[f"loss_{head}_cls"].detach()) > 0 and float(losses[f"loss_{head}_cls"].detach()) == 0
+        torch.testing.assert_close(losses[f"loss_{head}_loc"], stock[f"loss_{head}_loc"])
 
 
 def test_an_unknown_criterion_names_the_key_and_the_registered_ones():

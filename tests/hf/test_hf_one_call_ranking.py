@@ -1,6 +1,6 @@
 """A step of a Hugging Face DETR switched by ``use_ranking_loss`` ranks all its sets in one criterion call
-(``SetRankingLoss.forward_sets``): its loss terms and the parameters' gradients equal those of the same model ranking
-its sets one by one (a criterion without the one-call variant), in float64 to 1e-6: a tiny RT-DETR v2 in training
+(``SetRankingLoss.forward``): its loss terms and the parameters' gradients equal those of the same model ranking
+its sets one by one (a criterion that calls its own once a set), in float64 to 1e-6: a tiny RT-DETR v2 in training
 (decoder layers, denoising sets, the encoder's proposals) with each criterion, and D-FINE with its own box terms."""
 
 from __future__ import annotations
