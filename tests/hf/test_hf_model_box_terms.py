@@ -1,7 +1,7 @@
-"""``use_ranking_loss(model, criterion, box_terms="model")`` on every supported Hugging Face DETR: the model's own box
-terms (L1, GIoU, D-FINE's and DEIMv2's FGL and DDF) exactly as the model computes them, its classification terms
-replaced by the ranking terms of the same sets; training lowers the ranking term; ``restore_loss`` gives back the stock
-loss; the labels are checked before the model's matcher."""
+"""``use_ranking_loss(model, criterion)`` (``box_terms="model"``, the default) on every supported Hugging Face DETR:
+the model's own box terms (L1, GIoU, D-FINE's and DEIMv2's FGL and DDF) exactly as the model computes them, its
+classification terms replaced by the ranking terms of the same sets; training lowers the ranking term;
+``restore_loss`` gives back the stock loss; the labels are checked before the model's matcher."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ MODELS = [name for name in TINY_DETRS if name != "deformable_detr"] + list(OWN_B
 
 
 def ranked(name: str):
-    return use_ranking_loss(tiny_detr(name), set_prediction_criterion("RankSortCriterion"), box_terms="model")
+    """The tiny ``name`` switched to Rank & Sort Loss with the default ``box_terms``."""
+    return use_ranking_loss(tiny_detr(name), set_prediction_criterion("RankSortCriterion"))
 
 
 def classification_weight(model, key: str) -> float:
@@ -34,6 +35,7 @@ def test_the_models_box_terms_and_ranked_classification(name):
     batch = fixed_batch()
     stock = seeded_forward(tiny_detr(name), batch)
     model = ranked(name)
+    assert model.loss_function.loss.box_terms == "model"
     outputs = seeded_forward(model, batch)
     key = LOSS_FAMILIES[model.loss_type].classification_key
     suffixes = {k[len(key) :] for k in stock.loss_dict if k == key or k.startswith(key + "_")}
@@ -84,9 +86,12 @@ def test_restore_loss_gives_back_the_stock_loss(name):
     torch.testing.assert_close(restored.loss, stock.loss, rtol=0, atol=0)
 
 
-def test_a_model_without_the_own_modes_says_so():
-    with pytest.raises(ValueError, match="DFineForObjectDetection takes box_terms='model'.*RTDetrForObjectDetection"):
-        use_ranking_loss(tiny_detr("d_fine"), set_prediction_criterion("RankSortCriterion"))
+@pytest.mark.parametrize("box_terms", ["value_balanced", "fixed", "own"])
+@pytest.mark.parametrize("name", ["d_fine", "detr"])
+def test_a_model_without_the_own_modes_says_so(name, box_terms):
+    model = tiny_detr(name)
+    with pytest.raises(ValueError, match=f"{type(model).__name__} takes box_terms='model'.*RTDetrForObjectDetection"):
+        use_ranking_loss(model, set_prediction_criterion("AlrpCriterion"), box_terms=box_terms)
 
 
 def bad_labels() -> Dict[str, list]:

@@ -5,9 +5,15 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import AutoModelForObjectDetection, DetrForSegmentation, RfDetrForInstanceSegmentation
+from transformers import (
+    AutoModelForObjectDetection,
+    DetrForSegmentation,
+    PreTrainedModel,
+    RfDetrForInstanceSegmentation,
+)
 from transformers.loss.loss_utils import LOSS_MAPPING
 
+from alrp_d2.criteria import RankingCriterion
 from alrp_d2.detr import restore_loss, set_prediction_criterion, use_ranking_loss
 
 from .tiny_detrs import SUFFIXES, TINY_DETRS, fixed_batch, seeded_forward, tiny_detr, train_steps
@@ -16,10 +22,15 @@ CRITERIA = ("RankSortCriterion", "AlrpCriterion", "APCriterion")
 TERMS = {"loss_rank", "loss_bbox", "loss_giou"}
 
 
+def own_modes(model: PreTrainedModel, criterion: RankingCriterion) -> PreTrainedModel:
+    """``model`` switched to ``criterion`` with the loss's own box terms (``box_terms="value_balanced"``)."""
+    return use_ranking_loss(model, criterion, box_terms="value_balanced")
+
+
 @pytest.mark.parametrize("criterion", CRITERIA)
 @pytest.mark.parametrize("name", list(TINY_DETRS))
 def test_each_criterion_trains_each_detr(name, criterion):
-    model = use_ranking_loss(tiny_detr(name), set_prediction_criterion(criterion))
+    model = own_modes(tiny_detr(name), set_prediction_criterion(criterion))
     batch = fixed_batch()
     outputs = seeded_forward(model, batch)
     assert set(outputs.loss_dict) == {term + suffix for term in TERMS for suffix in SUFFIXES[name]}
@@ -48,7 +59,7 @@ def test_every_term_of_the_loss_is_summed():
 def test_without_auxiliary_loss_the_last_layer_and_the_encoder_are_ranked(name, suffixes):
     """``config.auxiliary_loss`` False (HF's switch of the intermediate layers' losses): the last decoder layer, its
     denoising queries and the encoder's proposals."""
-    model = use_ranking_loss(tiny_detr(name, auxiliary_loss=False), set_prediction_criterion("RankSortCriterion"))
+    model = own_modes(tiny_detr(name, auxiliary_loss=False), set_prediction_criterion("RankSortCriterion"))
     outputs = seeded_forward(model, fixed_batch())
     assert set(outputs.loss_dict) == {term + suffix for term in TERMS for suffix in suffixes}
     torch.testing.assert_close(outputs.loss, sum(outputs.loss_dict.values()))
@@ -59,7 +70,7 @@ def test_the_two_stage_encoder_term_trains_the_proposal_head():
     the decoder) without a gradient; the ranking loss adds the encoder-proposal term."""
     batch = fixed_batch()
     rank_sort = set_prediction_criterion("RankSortCriterion")
-    for switch, trained in ((lambda model: model, False), (lambda model: use_ranking_loss(model, rank_sort), True)):
+    for switch, trained in ((lambda model: model, False), (lambda model: own_modes(model, rank_sort), True)):
         model = switch(tiny_detr("deformable_detr_two_stage"))
         seeded_forward(model, batch).loss.backward()
         heads = (model.model.decoder.class_embed[-1], model.model.decoder.bbox_embed[-1])
@@ -68,7 +79,7 @@ def test_the_two_stage_encoder_term_trains_the_proposal_head():
 
 
 def test_the_loss_is_not_saved_and_is_switched_again_after_loading(tmp_path):
-    model = use_ranking_loss(tiny_detr("rt_detr"), set_prediction_criterion("RankSortCriterion"))
+    model = own_modes(tiny_detr("rt_detr"), set_prediction_criterion("RankSortCriterion"))
     batch = fixed_batch()
     expected = seeded_forward(model, batch)
     assert not [key for key in model.state_dict() if "loss" in key]
@@ -76,15 +87,15 @@ def test_the_loss_is_not_saved_and_is_switched_again_after_loading(tmp_path):
     loaded = AutoModelForObjectDetection.from_pretrained(tmp_path).train()
     assert type(loaded) is type(model)
     assert loaded.loss_function is LOSS_MAPPING["RTDetrForObjectDetection"]
-    outputs = seeded_forward(use_ranking_loss(loaded, set_prediction_criterion("RankSortCriterion")), batch)
+    outputs = seeded_forward(own_modes(loaded, set_prediction_criterion("RankSortCriterion")), batch)
     torch.testing.assert_close(outputs.loss_dict, expected.loss_dict)
 
 
 def test_calling_it_again_replaces_the_loss_and_its_encoder_hook():
-    model = use_ranking_loss(tiny_detr("deformable_detr_two_stage"), set_prediction_criterion("RankSortCriterion"))
+    model = own_modes(tiny_detr("deformable_detr_two_stage"), set_prediction_criterion("RankSortCriterion"))
     batch = fixed_batch()
     once = seeded_forward(model, batch).loss
-    twice = seeded_forward(use_ranking_loss(model, set_prediction_criterion("RankSortCriterion")), batch).loss
+    twice = seeded_forward(own_modes(model, set_prediction_criterion("RankSortCriterion")), batch).loss
     torch.testing.assert_close(twice, once)
     assert len(model._forward_hooks) == 1
 
@@ -93,7 +104,7 @@ def test_calling_it_again_replaces_the_loss_and_its_encoder_hook():
 def test_restore_loss_gives_back_the_stock_loss(name):
     batch = fixed_batch()
     stock = seeded_forward(tiny_detr(name), batch)
-    model = restore_loss(use_ranking_loss(tiny_detr(name), set_prediction_criterion("RankSortCriterion")))
+    model = restore_loss(own_modes(tiny_detr(name), set_prediction_criterion("RankSortCriterion")))
     restored = seeded_forward(model, batch)
     assert model.loss_function is LOSS_MAPPING[model.loss_type] and not model._forward_hooks
     assert restored.loss_dict.keys() == stock.loss_dict.keys()
@@ -101,7 +112,7 @@ def test_restore_loss_gives_back_the_stock_loss(name):
 
 
 def test_a_two_stage_deformable_detr_needs_its_model_output():
-    model = use_ranking_loss(tiny_detr("deformable_detr_two_stage"), set_prediction_criterion("RankSortCriterion"))
+    model = own_modes(tiny_detr("deformable_detr_two_stage"), set_prediction_criterion("RankSortCriterion"))
     with pytest.raises(TypeError, match="return_dict=True"):
         model(**fixed_batch(), return_dict=False)
 
@@ -115,3 +126,8 @@ def test_an_unsupported_model_is_named(unsupported):
     torch.nn.Module.__init__(model)
     with pytest.raises(TypeError, match=f"RTDetrForObjectDetection.*got {unsupported.__name__}"):
         use_ranking_loss(model, set_prediction_criterion("RankSortCriterion"))
+
+
+def test_restore_loss_names_what_it_was_given():
+    with pytest.raises(TypeError, match="restore_loss takes a Hugging Face PreTrainedModel, got NoneType"):
+        restore_loss(None)  # type: ignore[arg-type]
