@@ -9,10 +9,11 @@ and the drop of its window means, ``mean(first k) - mean(last k)``.
 
 The environments, each a process of its own: 1 and 2 threads (``OMP_NUM_THREADS``), with this CPU's kernels and with
 ATen's portable kernels and oneDNN capped at SSE4.1 (``ATEN_CPU_CAPABILITY=default``, ``ONEDNN_MAX_CPU_ISA=SSE41``,
-as another CPU would run them). Prints, per case, the smallest and largest drop over seeds and environments and the
-largest difference of one step's value between environments of the same seed.
+as another CPU would run them), run at once. Prints, per case, the smallest and largest drop over seeds and
+environments and the largest difference of one step's value between environments of the same seed.
 
-    python benchmarks/trajectory_spread.py [--steps 16] [--window 4] [--seeds 0 1 2] [--json PATH]
+    python benchmarks/trajectory_spread.py [--steps 16] [--total-steps 8] [--window 4] [--seeds 0 1 2]
+        [--environments ...] [--json PATH]
 """
 
 from __future__ import annotations
@@ -52,10 +53,8 @@ TOTAL_MODELS = ("rt_detr", "rt_detr_v2", "deformable_detr_two_stage", "deformabl
 CRITERIA = ("RankSortCriterion", "AlrpCriterion", "APCriterion")
 
 
-def trajectories(steps: int, seeds: List[int]) -> Dict[str, List[List[float]]]:
+def trajectories(steps: int, total_steps: int, seeds: List[int]) -> Dict[str, List[List[float]]]:
     """``{case: [trajectory of each seed]}`` in this process's environment."""
-    import torch
-
     from alrp_d2.detr import set_prediction_criterion, use_ranking_loss
     from tests.hf.tiny_detrs import fixed_batch, tiny_detr, train_steps
 
@@ -70,38 +69,42 @@ def trajectories(steps: int, seeds: List[int]) -> Dict[str, List[List[float]]]:
                 model = use_ranking_loss(
                     tiny_detr(name, seed), set_prediction_criterion(criterion), box_terms="value_balanced"
                 )
-                found.setdefault(f"total {name} {criterion}", []).append(train_steps(model, fixed_batch(), steps))
-        torch.manual_seed(0)
+                found.setdefault(f"total {name} {criterion}", []).append(train_steps(model, fixed_batch(), total_steps))
     return found
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=16)
+    parser.add_argument("--steps", type=int, default=16, help="Adam steps of the rank cases")
+    parser.add_argument("--total-steps", type=int, default=8, help="Adam steps of the total cases")
     parser.add_argument("--window", type=int, default=4)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--environments", nargs="+", choices=list(ENVIRONMENTS), default=list(ENVIRONMENTS))
     parser.add_argument("--json", help="also write every trajectory, {environment: {case: [per seed]}}, here")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        print(json.dumps(trajectories(args.steps, args.seeds)))
+        print(json.dumps(trajectories(args.steps, args.total_steps, args.seeds)))
         return
-    runs = {}
-    for label, variables in ENVIRONMENTS.items():
-        command = [sys.executable, __file__, "--worker", "--steps", str(args.steps), "--seeds", *map(str, args.seeds)]
-        result = subprocess.run(command, env={**os.environ, **variables}, capture_output=True, text=True, check=True)
-        runs[label] = json.loads(result.stdout.splitlines()[-1])
+    steps = ["--steps", str(args.steps), "--total-steps", str(args.total_steps)]
+    command = [sys.executable, __file__, "--worker", *steps, "--seeds", *map(str, args.seeds)]
+    workers = {  # one process per environment, all at once
+        label: subprocess.Popen(command, env={**os.environ, **ENVIRONMENTS[label]}, stdout=subprocess.PIPE, text=True)
+        for label in args.environments
+    }
+    runs = {label: json.loads(worker.communicate()[0].splitlines()[-1]) for label, worker in workers.items()}
     if args.json:
         with open(args.json, "w") as f:
             json.dump(runs, f)
-    print(f"{args.steps} steps, windows of {args.window}, seeds {args.seeds}, environments: {', '.join(runs)}")
+    print(f"{args.steps} / {args.total_steps} steps, windows of {args.window}, seeds {args.seeds}")
+    print(f"environments: {', '.join(runs)}")
     print("| case | smallest drop | largest drop | first value | largest step difference between environments |")
     print("|---|---|---|---|---|")
-    for case in runs["1 thread"]:
+    for case in runs[args.environments[0]]:
         drops = [window_drop(values, args.window) for run in runs.values() for values in run[case]]
         by_seed = zip(*(run[case] for run in runs.values()))
         spread = max(max(max(step) - min(step) for step in zip(*seed_runs)) for seed_runs in by_seed)
-        first = runs["1 thread"][case][0][0]
+        first = runs[args.environments[0]][case][0][0]
         print(f"| {case} | {min(drops):.4f} | {max(drops):.4f} | {first:.4f} | {spread:.4f} |")
 
 
