@@ -3,7 +3,7 @@ of the tests, seeds and environments, the loss before each Adam step on the fixe
 and the drop of its window means, ``mean(first k) - mean(last k)``.
 
 * ``rank``: ``test_a_short_adam_run_lowers_the_last_layers_ranking_term``: AP Loss's last-layer ``loss_rank`` with the
-  model's own box terms (``box_terms="model"``), Adam at 1e-2;
+  model's own box terms (``box_terms="model"``), Adam at 1e-2 (D-FINE and DEIMv2 also at 3e-3);
 * ``total``: ``test_each_criterion_trains_each_detr``: ``outputs.loss`` with each criterion and the loss's own box
   terms (``box_terms="value_balanced"``), Adam at 1e-2.
 
@@ -13,7 +13,7 @@ as another CPU would run them), run at once. Prints, per case, the smallest and 
 environments and the largest difference of one step's value between environments of the same seed.
 
     python benchmarks/trajectory_spread.py [--steps 16] [--total-steps 8] [--window 4] [--seeds 0 1 2]
-        [--environments ...] [--json PATH]
+        [--environments ...] [--only TEXT] [--json PATH]
 """
 
 from __future__ import annotations
@@ -49,23 +49,29 @@ RANK_MODELS = (
     "lw_detr",
     "rf_detr",
 )
+#: (model, Adam learning rate) of the rank cases: every model at 1e-2, and D-FINE and DEIMv2 at 3e-3 too.
+RANK_CASES = tuple((name, 1e-2) for name in RANK_MODELS) + (("d_fine", 3e-3), ("deimv2", 3e-3))
 TOTAL_MODELS = ("rt_detr", "rt_detr_v2", "deformable_detr_two_stage", "deformable_detr")
 CRITERIA = ("RankSortCriterion", "AlrpCriterion", "APCriterion")
 
 
-def trajectories(steps: int, total_steps: int, seeds: List[int]) -> Dict[str, List[List[float]]]:
-    """``{case: [trajectory of each seed]}`` in this process's environment."""
+def trajectories(steps: int, total_steps: int, seeds: List[int], only: str) -> Dict[str, List[List[float]]]:
+    """``{case: [trajectory of each seed]}`` in this process's environment, of the cases whose name holds ``only``."""
     from alrp_d2.detr import set_prediction_criterion, use_ranking_loss
     from tests.hf.tiny_detrs import fixed_batch, tiny_detr, train_steps
 
     found: Dict[str, List[List[float]]] = {}
     for seed in seeds:
-        for name in RANK_MODELS:
+        for name, lr in RANK_CASES:
+            if only not in f"rank {name} {lr}":
+                continue
             model = use_ranking_loss(tiny_detr(name, seed), set_prediction_criterion("APCriterion"))
-            values = train_steps(model, fixed_batch(), steps, key="loss_rank")
-            found.setdefault(f"rank {name}", []).append(values)
+            values = train_steps(model, fixed_batch(), steps, lr=lr, key="loss_rank")
+            found.setdefault(f"rank {name} {lr}", []).append(values)
         for name in TOTAL_MODELS:
             for criterion in CRITERIA:
+                if only not in f"total {name} {criterion}":
+                    continue
                 model = use_ranking_loss(
                     tiny_detr(name, seed), set_prediction_criterion(criterion), box_terms="value_balanced"
                 )
@@ -80,14 +86,15 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=4)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--environments", nargs="+", choices=list(ENVIRONMENTS), default=list(ENVIRONMENTS))
+    parser.add_argument("--only", default="", help="the cases whose name holds this text (e.g. 'rank d_fine')")
     parser.add_argument("--json", help="also write every trajectory, {environment: {case: [per seed]}}, here")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        print(json.dumps(trajectories(args.steps, args.total_steps, args.seeds)))
+        print(json.dumps(trajectories(args.steps, args.total_steps, args.seeds, args.only)))
         return
     steps = ["--steps", str(args.steps), "--total-steps", str(args.total_steps)]
-    command = [sys.executable, __file__, "--worker", *steps, "--seeds", *map(str, args.seeds)]
+    command = [sys.executable, __file__, "--worker", *steps, "--only", args.only, "--seeds", *map(str, args.seeds)]
     workers = {  # one process per environment, all at once
         label: subprocess.Popen(command, env={**os.environ, **ENVIRONMENTS[label]}, stdout=subprocess.PIPE, text=True)
         for label in args.environments

@@ -16,7 +16,7 @@ from transformers.loss.loss_utils import LOSS_MAPPING
 from alrp_d2.criteria import RankingCriterion
 from alrp_d2.detr import restore_loss, set_prediction_criterion, use_ranking_loss
 
-from .tiny_detrs import SUFFIXES, TINY_DETRS, fixed_batch, seeded_forward, tiny_detr, train_steps
+from .tiny_detrs import SUFFIXES, TINY_DETRS, fixed_batch, seeded_forward, tiny_detr, train_steps, window_drop
 
 CRITERIA = ("RankSortCriterion", "AlrpCriterion", "APCriterion")
 TERMS = {"loss_rank", "loss_bbox", "loss_giou"}
@@ -27,16 +27,28 @@ def own_modes(model: PreTrainedModel, criterion: RankingCriterion) -> PreTrained
     return use_ranking_loss(model, criterion, box_terms="value_balanced")
 
 
+#: How much the mean of the loss over the last 3 of 9 values must lie below the mean over the first 3, as a fraction
+#: of the latter.
+TOTAL_MARGIN = 0.05
+
+
 @pytest.mark.parametrize("criterion", CRITERIA)
 @pytest.mark.parametrize("name", list(TINY_DETRS))
 def test_each_criterion_trains_each_detr(name, criterion):
+    """The expected keys, their sum, and the loss of the fixed batch before each of 8 Adam steps and after them: the
+    mean of the last 3 values at least :data:`TOTAL_MARGIN` of the mean of the first 3 below it (a step can spike:
+    RT-DETR's loss jumps from 14 to 5 and back on one step of seed 2). That relative drop, measured by ``python
+    benchmarks/trajectory_spread.py`` (2026-12-08, 2-core AMD EPYC, load average 6 to 8) for each model and criterion:
+    seed 0 (this test's) with 1 and 2 threads, each with this CPU's kernels and with ATen's portable ones and oneDNN
+    capped at SSE4.1, 0.12 to 0.99 (RT-DETR v2 with Rank & Sort or AP Loss the smallest); seeds 1 and 2 (1 thread)
+    0.09 to 0.86: the margin lies below each of them."""
     model = own_modes(tiny_detr(name), set_prediction_criterion(criterion))
     batch = fixed_batch()
     outputs = seeded_forward(model, batch)
     assert set(outputs.loss_dict) == {term + suffix for term in TERMS for suffix in SUFFIXES[name]}
     torch.testing.assert_close(outputs.loss, sum(outputs.loss_dict.values()))
-    losses = train_steps(model, batch, steps=5)
-    assert losses[-1] < losses[0], losses
+    losses = train_steps(model, batch, steps=8)
+    assert window_drop(losses, 3) >= TOTAL_MARGIN * sum(losses[:3]) / 3, losses
 
 
 def test_every_term_of_the_loss_is_summed():
