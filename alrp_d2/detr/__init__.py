@@ -27,7 +27,7 @@ def __getattr__(name: str) -> Any:
         try:
             from . import hf_loss_function
         except ModuleNotFoundError as error:
-            if error.name != "transformers" and not str(error.name).startswith("transformers."):
+            if (error.name or "").split(".")[0] != "transformers":
                 raise
             raise ModuleNotFoundError(
                 f"alrp_d2.detr.{name} needs transformers, the 'detr' extra of alrp_d2: pip install '.[detr]' in the "
