@@ -280,3 +280,40 @@ def test_imports_and_runs_without_detectron2_and_transformers():
     root = Path(__file__).resolve().parents[1]
     result = subprocess.run([sys.executable, "-c", IMPORT_CHECK], cwd=root, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-2000:]
+
+
+@pytest.mark.parametrize("criterion", ["RankSortCriterion", "AlrpCriterion", "APCriterion"])
+def test_logits_without_a_class_are_refused(criterion):
+    """C = 0 (a model of ``num_labels`` 0): Rank & Sort Loss would fail in a reduction over no class, aLRP and AP Loss
+    would return 0."""
+    layer = make_layer(seed=1, num_targets=[0, 0])
+    logits = layer.logits[..., :0]
+    with pytest.raises(ValueError, match=r"logits \(.*, 0\) have no class \(C = 0\)"):
+        SetRankingLoss(set_prediction_criterion(criterion))(logits, layer.pred_boxes, layer.indices, layer.targets)
+
+
+WITHOUT_TRANSFORMERS = r"""
+import sys
+
+sys.modules["transformers"] = None  # as if it were not installed
+import alrp_d2.detr
+
+for name in alrp_d2.detr.HF_FUNCTIONS:
+    try:
+        getattr(alrp_d2.detr, name)
+    except ModuleNotFoundError as error:
+        print(error)
+"""
+
+
+def test_the_hugging_face_functions_without_transformers_name_the_detr_extra():
+    root = Path(__file__).resolve().parents[1]
+    result = subprocess.run(
+        [sys.executable, "-c", WITHOUT_TRANSFORMERS], cwd=root, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.splitlines() == [
+        f"alrp_d2.detr.{name} needs transformers, the 'detr' extra of alrp_d2: pip install '.[detr]' in the alrp_d2 "
+        "checkout (transformers, scipy, accelerate)"
+        for name in ("attach_ranking_loss", "restore_loss", "use_ranking_loss")
+    ]

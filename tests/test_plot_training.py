@@ -148,6 +148,43 @@ def test_a_detr_run_gets_its_ranking_terms_plotted(tmp_path):
     assert path == str(run / "plots" / "detr_loss_terms.png") and os.path.getsize(path) > 0
 
 
+def d_fine_record(iteration: int, denoising: bool = True) -> Dict[str, float]:
+    """A metrics.json line of a D-FINE run with ``box_terms="model"`` (3 decoder layers): D-FINE's own loss lays out
+    the encoder's proposals as ``_aux_2``, after the earlier layers ``_aux_0``, ``_aux_1``; FGL and DDF for the earlier
+    layers and the denoising sets only."""
+    record: Dict[str, float] = {"iteration": iteration, "total_loss": 20.0}
+    layers = ["_aux_0", "_aux_1"] + (["_dn_0", "_dn_1", "_dn_2"] if denoising else [])
+    for suffix in ["", *layers, "_aux_2"]:
+        for term in ("rank", "bbox", "giou"):
+            record[f"loss_{term}{suffix}"] = 1.0 - iteration / 1000
+    for suffix in layers:
+        for term in ("fgl", "ddf"):
+            record[f"loss_{term}{suffix}"] = 0.5 - iteration / 2000
+    return record
+
+
+@pytest.mark.parametrize("denoising", [True, False])
+def test_every_set_and_term_of_a_d_fine_run_is_named(tmp_path, denoising):
+    run = write_metrics(tmp_path / "run", [d_fine_record(i, denoising) for i in ITERATIONS])
+    series = plot_tool.read_detr_series(str(run / "metrics.json"))
+    assert list(series) == ["rank", "bbox", "giou", "fgl", "ddf"]
+    figure = plot_tool._detr_figure(series)
+    panels = {ax.get_title(): [line.get_label() for line in ax.get_lines()] for ax in figure.axes}
+    assert list(panels) == ["loss_rank", "loss_bbox", "loss_giou", "loss_fgl", "loss_ddf"]
+    denoised = ["layer 0, denoising", "layer 1, denoising", "layer 2, denoising"] if denoising else []
+    assert panels["loss_rank"] == ["last layer", "layer 0", "layer 1", *denoised, "encoder proposals"]
+    assert panels["loss_fgl"] == ["layer 0", "layer 1", *denoised]
+    assert len(plot_tool.plot_training(str(run))) == 1
+
+
+def test_the_numbered_sets_of_a_models_own_loss_are_layers():
+    """Deformable-DETR's own loss (``box_terms="model"``) suffixes its earlier layers ``_<i>``."""
+    terms = {"rank": {"": ([0], [1.0]), "_0": ([0], [1.0]), "_1": ([0], [1.0])}}
+    assert plot_tool.encoder_suffix(terms) == ""
+    labels = [line.get_label() for line in plot_tool._detr_figure(terms).axes[0].get_lines()]
+    assert labels == ["last layer", "layer 0", "layer 1"]
+
+
 def test_a_detr_trained_by_its_own_loss_says_why_nothing_is_plotted(tmp_path, capsys):
     """RT-DETR's varifocal loss (criterion None) logs loss_vfl, loss_bbox, loss_giou: no ranking loss to plot."""
     run = write_metrics(tmp_path, [detr_record(i, ("vfl", "bbox", "giou")) for i in ITERATIONS])

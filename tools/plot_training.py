@@ -16,8 +16,11 @@ Faster R-CNN, ...) it writes into ``--out`` (default ``OUTPUT_DIR/plots``):
                              with a reference line at 1 (paper Figs. 3-4, Theorem 2)
 
 and for a DETR run, whose set-prediction loss logs ``loss_rank``, ``loss_bbox``, ``loss_giou`` (``loss_loc``,
-``loss_corr``) per set of predictions (no suffix: the last decoder layer; ``_aux_<i>``: an earlier layer;
-``_dn_<i>``: a layer's denoising queries; ``_enc``: the encoder's proposals):
+``loss_corr``; with ``box_terms="model"`` the model's own box terms, D-FINE's and DEIMv2's ``loss_fgl`` and
+``loss_ddf`` too) per set of predictions (no suffix: the last decoder layer; ``_aux_<i>`` or ``_<i>``: decoder layer
+i; ``_dn_<i>``: layer i's denoising queries; ``_enc``: the encoder's proposals, which RT-DETR's, D-FINE's and DEIMv2's
+own loss, with ``box_terms="model"``, logs as the last ``_aux_<i>``: the one of index L - 1 with L denoising sets, or
+the one without ``loss_fgl`` where the others have it):
 
     detr_loss_terms.png      one panel per term, one line per set of predictions (weighted, as trained)
 
@@ -48,18 +51,29 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-__all__ = ["DPI", "FIGSIZE", "METRICS_FILE", "plot_training", "read_detr_series", "read_head_series"]
+__all__ = [
+    "DPI",
+    "FIGSIZE",
+    "METRICS_FILE",
+    "encoder_suffix",
+    "plot_training",
+    "read_detr_series",
+    "read_head_series",
+]
 
-FIGSIZE = (6.4, 4.0)  # inches; the PNGs are FIGSIZE x DPI pixels
+FIGSIZE = (6.4, 4.0)  # inches; the PNGs are FIGSIZE x DPI pixels, wider with more than PANELS_PER_FIGSIZE panels
+PANELS_PER_FIGSIZE = 3
 DPI = 100
 METRICS_FILE = "metrics.json"
 DEFAULT_OUT_SUBDIR = "plots"
 KINDS = ("cls", "loc", "weight", "grad_ratio")
-DETR_TERMS = ("rank", "bbox", "giou", "loc", "corr")  # the terms of alrp_d2's SetRankingLoss, in panel order
+#: The terms of alrp_d2's SetRankingLoss and of the models' own box terms (D-FINE's, DEIMv2's FGL and DDF), in panel
+#: order.
+DETR_TERMS = ("rank", "bbox", "giou", "loc", "corr", "fgl", "ddf")
 
 _SB_KEY = re.compile(r"^sb/(?P<head>[^/]+)/(?P<kind>cls|loc|weight)$")
 _RATIO_KEY = re.compile(r"^(?P<head>[^/]+)/(?P<kind>grad_ratio)$")
-_DETR_KEY = re.compile(r"^loss_(?P<term>rank|bbox|giou|loc|corr)(?P<set>_aux_\d+|_dn_\d+|_enc|)$")
+_DETR_KEY = re.compile(r"^loss_(?P<term>rank|bbox|giou|loc|corr|fgl|ddf)(?P<set>_aux_\d+|_dn_\d+|_\d+|_enc|)$")
 
 Series = Tuple[List[int], List[float]]
 HeadSeries = Dict[str, Dict[str, Series]]
@@ -132,7 +146,8 @@ def _marker(series: Series) -> Optional[str]:
 
 
 def _new_figure(title: str, panels: int = 1) -> Tuple[Figure, List[Axes]]:
-    figure = Figure(figsize=FIGSIZE, dpi=DPI, layout="constrained")
+    width = FIGSIZE[0] * max(1.0, panels / PANELS_PER_FIGSIZE)
+    figure = Figure(figsize=(width, FIGSIZE[1]), dpi=DPI, layout="constrained")
     axes = list(figure.subplots(1, panels, squeeze=False)[0])
     figure.suptitle(title)
     for ax in axes:
@@ -186,29 +201,48 @@ def _grad_ratio_figure(ratios: Dict[str, Series]) -> Figure:
     return figure
 
 
-def _set_label(suffix: str) -> str:
-    """The set of predictions of a loss-key suffix (hf_loss_function's ``SetPrediction.suffix``)."""
+def encoder_suffix(terms: HeadSeries) -> str:
+    """The suffix of the encoder's proposals among ``terms``' sets: ``_enc``, or with an RT-DETR-family model's own
+    layout (no ``_enc``: its loss appends the encoder's set to the auxiliary ones) the ``_aux_<i>`` of i = L - 1, L
+    the number of denoising sets, or else the only ``_aux_<i>`` without ``loss_fgl`` where others have it (D-FINE's,
+    DEIMv2's encoder has no distribution); "" when none is found."""
+    sets = {suffix for term_sets in terms.values() for suffix in term_sets}
+    if "_enc" in sets:
+        return "_enc"
+    denoising = sum(suffix.startswith("_dn_") for suffix in sets)
+    if denoising and f"_aux_{denoising - 1}" in sets:
+        return f"_aux_{denoising - 1}"
+    fgl = set(terms.get("fgl", {}))
+    without_fgl = [suffix for suffix in sets if suffix.startswith("_aux_") and suffix not in fgl]
+    return without_fgl[0] if fgl and len(without_fgl) == 1 else ""
+
+
+def _set_label(suffix: str, encoder: str) -> str:
+    """The set of predictions of a loss-key suffix (hf_loss_function's ``SetPrediction.suffix``, or the suffixes of
+    a model's own loss); ``encoder``: the encoder's suffix (:func:`encoder_suffix`)."""
     if not suffix:
         return "last layer"
-    if suffix == "_enc":
+    if suffix == encoder:
         return "encoder proposals"
-    kind, layer = suffix[1:].rsplit("_", 1)
+    kind, layer = ("aux", suffix[1:]) if suffix[1:].isdigit() else suffix[1:].rsplit("_", 1)
     return f"layer {layer}" if kind == "aux" else f"layer {layer}, denoising"
 
 
-def _set_style(suffix: str) -> Dict[str, object]:
+def _set_style(suffix: str, encoder: str) -> Dict[str, object]:
     if not suffix:
         return {"color": "black", "linewidth": 2}
-    if suffix == "_enc":
+    if suffix == encoder:
         return {"color": "tab:red", "linestyle": ":"}
     return {"alpha": 0.6, "linewidth": 1, "linestyle": "--" if suffix.startswith("_dn") else "-"}
 
 
 def _detr_figure(terms: HeadSeries) -> Figure:
     figure, axes = _new_figure("Ranking-loss terms of the DETR's sets of predictions (weighted)", len(terms))
+    encoder = encoder_suffix(terms)
     for ax, (term, sets) in zip(axes, terms.items()):
-        for suffix in sorted(sets, key=lambda s: (s != "", s.startswith("_dn"), s == "_enc", s)):
-            ax.plot(*sets[suffix], marker=_marker(sets[suffix]), label=_set_label(suffix), **_set_style(suffix))
+        for suffix in sorted(sets, key=lambda s: (s != "", s == encoder, s.startswith("_dn"), s)):
+            style = _set_style(suffix, encoder)
+            ax.plot(*sets[suffix], marker=_marker(sets[suffix]), label=_set_label(suffix, encoder), **style)
         ax.set_title(f"loss_{term}")
     axes[0].set_ylabel("loss")
     axes[0].legend(fontsize="x-small")

@@ -24,7 +24,15 @@ HF_FUNCTIONS = ("attach_ranking_loss", "restore_loss", "use_ranking_loss")
 def __getattr__(name: str) -> Any:
     """The functions of :data:`HF_FUNCTIONS` from :mod:`.hf_loss_function`, imported when first asked for."""
     if name in HF_FUNCTIONS:
-        from . import hf_loss_function
-
+        try:
+            from . import hf_loss_function
+        except ModuleNotFoundError as error:
+            if (error.name or "").split(".")[0] != "transformers":
+                raise
+            raise ModuleNotFoundError(
+                f"alrp_d2.detr.{name} needs transformers, the 'detr' extra of alrp_d2: pip install '.[detr]' in the "
+                "alrp_d2 checkout (transformers, scipy, accelerate)",
+                name=error.name,
+            ) from error
         return getattr(hf_loss_function, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

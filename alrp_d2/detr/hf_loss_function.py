@@ -205,7 +205,10 @@ def loss_family(model: PreTrainedModel) -> LossFamily:
 
 def restore_loss(model: PreTrainedModel) -> PreTrainedModel:
     """Gives ``model`` its own loss back (``LOSS_MAPPING[model.loss_type]``): removes the ranking loss function and
-    every hook :func:`use_ranking_loss` added. A model that was not switched is returned unchanged."""
+    every hook :func:`use_ranking_loss` added. A model that was not switched is returned unchanged; anything but a
+    ``PreTrainedModel`` raises a TypeError naming it."""
+    if not isinstance(model, PreTrainedModel):
+        raise TypeError(f"restore_loss takes a Hugging Face PreTrainedModel, got {type(model).__name__}")
     previous = model.__dict__.get("_loss_function")
     if isinstance(previous, RankingLossFunction):
         if previous.encoder_hook is not None:
@@ -249,23 +252,26 @@ def config_box_weights(model: PreTrainedModel) -> Dict[str, float]:
     return {"l1_weight": config.weight_loss_bbox, "giou_weight": config.weight_loss_giou}
 
 
-def use_ranking_loss(model: PreTrainedModel, criterion: RankingCriterion, **options: Any) -> PreTrainedModel:
-    """Trains ``model`` with ``SetRankingLoss(criterion, **options)`` on every set of its predictions
-    (:func:`attach_ranking_loss`); with ``box_terms="fixed"`` and no box weights given, the model config's.
+def use_ranking_loss(
+    model: PreTrainedModel, criterion: RankingCriterion, *, box_terms: str = "model", **options: Any
+) -> PreTrainedModel:
+    """Trains ``model`` with ``SetRankingLoss(criterion, box_terms=box_terms, **options)`` on every set of its
+    predictions (:func:`attach_ranking_loss`); with ``box_terms="fixed"`` and no box weights given, the model config's.
 
     Args:
-        model: a model of :data:`~alrp_d2.detr.hf_families.LOSS_FAMILIES` (every box_terms mode:
-            ``RTDetrForObjectDetection``, ``RTDetrV2ForObjectDetection``, ``DeformableDetrForObjectDetection``; the
-            others ``box_terms="model"``).
+        model: a model of :data:`~alrp_d2.detr.hf_families.LOSS_FAMILIES`.
         criterion: a ranking criterion (``RankSortCriterion(delta=0.5, loc_error_kind="giou")``, or one built by
             name: ``alrp_d2.detr.set_prediction_criterion("AlrpCriterion")``).
-        options: ``SetRankingLoss``'s keywords (``box_terms``, ``ranking``, ``rank_weight``, ``box_normaliser``,
-            ...).
+        box_terms: "model" (every model): the ranking terms replace the model's classification terms, its box terms
+            stay its own; "value_balanced", "fixed" or "own" (``RTDetrForObjectDetection``,
+            ``RTDetrV2ForObjectDetection``, ``DeformableDetrForObjectDetection``): :class:`SetRankingLoss`'s box
+            terms in place of the model's whole loss.
+        options: ``SetRankingLoss``'s other keywords (``ranking``, ``rank_weight``, ``box_normaliser``, ...).
 
     Returns:
         ``model``, switched.
     """
-    loss_family(model)
-    if options.get("box_terms") == "fixed":
+    family = loss_family(model)
+    if box_terms == "fixed" and family.ranked_sets is not None:  # the others are refused by attach_ranking_loss
         options = {**config_box_weights(model), **options}
-    return attach_ranking_loss(model, SetRankingLoss(criterion, **options))
+    return attach_ranking_loss(model, SetRankingLoss(criterion, box_terms=box_terms, **options))

@@ -130,7 +130,12 @@ def _check_structure(logits: Tensor, pred_boxes: Tensor, indices: Indices, targe
     """Shapes, dtypes and lengths, without reading a value."""
     if not isinstance(logits, Tensor) or logits.dim() != 3 or not logits.is_floating_point():
         raise ValueError(f"logits must be a floating-point [B, Q, C] tensor, got {_shape(logits)}")
-    batch, queries, _ = logits.shape
+    batch, queries, classes = logits.shape
+    if classes == 0:
+        raise ValueError(
+            f"logits {tuple(logits.shape)} have no class (C = 0): a set-prediction ranking needs C >= 1 (a model's "
+            "num_labels)"
+        )
     if not isinstance(pred_boxes, Tensor) or tuple(pred_boxes.shape) != (batch, queries, 4):
         raise ValueError(
             f"pred_boxes must be [B, Q, 4] = [{batch}, {queries}, 4] as logits {tuple(logits.shape)}, "

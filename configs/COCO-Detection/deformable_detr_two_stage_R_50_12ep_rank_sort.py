@@ -8,5 +8,7 @@ from alrp_d2.detr import SetRankingLoss
 
 from .deformable_detr_two_stage_R_50_12ep_focal import dataloader, lr_multiplier, model, optimizer, train
 
-model.loss = L(SetRankingLoss)(criterion=L(RankSortCriterion)(delta=0.5, loc_error_kind="giou"), rank_weight=2.0)
+model.loss = L(SetRankingLoss)(
+    criterion=L(RankSortCriterion)(delta=0.5, loc_error_kind="giou"), box_terms="value_balanced", rank_weight=2.0
+)
 train.output_dir = "output/deformable_detr_two_stage_R_50_12ep_rank_sort"

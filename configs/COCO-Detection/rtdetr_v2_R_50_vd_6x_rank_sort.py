@@ -8,5 +8,7 @@ from alrp_d2.detr import SetRankingLoss
 
 from .rtdetr_v2_R_50_vd_6x_varifocal import dataloader, lr_multiplier, model, optimizer, train
 
-model.loss = L(SetRankingLoss)(criterion=L(RankSortCriterion)(delta=0.5, loc_error_kind="giou"), rank_weight=2.0)
+model.loss = L(SetRankingLoss)(
+    criterion=L(RankSortCriterion)(delta=0.5, loc_error_kind="giou"), box_terms="value_balanced", rank_weight=2.0
+)
 train.output_dir = "output/rtdetr_v2_R_50_vd_6x_rank_sort"

@@ -44,7 +44,9 @@ model = L(HuggingFaceDETR)(
         num_denoising=30,
     ),
     num_classes=5,
-    loss=L(SetRankingLoss)(criterion=L(RankSortCriterion)(delta=0.5, loc_error_kind="giou")),
+    loss=L(SetRankingLoss)(
+        criterion=L(RankSortCriterion)(delta=0.5, loc_error_kind="giou"), box_terms="value_balanced"
+    ),
     pixel_mean=[0.0, 0.0, 0.0],  # HF's RT-DETR takes RGB pixels / 255
     pixel_std=[255.0, 255.0, 255.0],
     input_format="RGB",

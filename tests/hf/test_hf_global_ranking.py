@@ -46,7 +46,10 @@ def in_float64(batch: Dict[str, Any]) -> Dict[str, Any]:
 def deformable_detr_result(batch: Dict[str, Any]) -> Dict[str, torch.Tensor]:
     """The loss terms of ``batch`` and the parameters' gradients of the tiny two-stage Deformable-DETR (float64)."""
     model = use_ranking_loss(
-        tiny_detr("deformable_detr_two_stage"), set_prediction_criterion("RankSortCriterion"), ranking="global"
+        tiny_detr("deformable_detr_two_stage"),
+        set_prediction_criterion("RankSortCriterion"),
+        box_terms="value_balanced",
+        ranking="global",
     )
     model = model.eval().double()
     outputs = model(**in_float64(batch))
@@ -80,7 +83,8 @@ def rt_detr_outputs() -> Dict[str, Any]:
 
 def rt_detr_result(outputs: Dict[str, Any], images: slice) -> Dict[str, torch.Tensor]:
     """RT-DETR's loss terms on ``images`` of ``outputs`` and their gradients."""
-    model = use_ranking_loss(tiny_detr("rt_detr"), set_prediction_criterion("RankSortCriterion"), ranking="global")
+    criterion = set_prediction_criterion("RankSortCriterion")
+    model = use_ranking_loss(tiny_detr("rt_detr"), criterion, box_terms="value_balanced", ranking="global")
     leaves = {name: outputs[name][images].double().requires_grad_(True) for name in OUTPUTS}
     meta = outputs["denoising_meta_values"]
     meta = {**meta, "dn_positive_idx": meta["dn_positive_idx"][images]}

@@ -38,8 +38,8 @@ def assert_same_step(actual: Dict[str, torch.Tensor], expected: Dict[str, torch.
 
 @pytest.mark.parametrize("name", CRITERIA)
 def test_rt_detr_v2_step_ranked_in_one_call(name):
-    actual = step("rt_detr_v2", set_prediction_criterion(name))
-    expected = step("rt_detr_v2", per_set_criterion(name))
+    actual = step("rt_detr_v2", set_prediction_criterion(name), box_terms="value_balanced")
+    expected = step("rt_detr_v2", per_set_criterion(name), box_terms="value_balanced")
     assert {key[len("loss_rank") :] for key in actual if key.startswith("loss_rank")} == SUFFIXES["rt_detr_v2"]
     assert_same_step(actual, expected)
     assert float(actual["loss_rank_dn_0"]) > 0

@@ -3,7 +3,7 @@ optimizer steps through the model's own ``model(pixel_values=..., labels=...)``.
 
 from __future__ import annotations
 
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Optional, Sequence
 
 import torch
 from transformers import (
@@ -157,9 +157,12 @@ def seeded_forward(model: PreTrainedModel, batch: Dict[str, object], seed: int =
     return model(**batch)
 
 
-def train_steps(model: PreTrainedModel, batch: Dict[str, object], steps: int, lr: float = 1e-2) -> List[float]:
-    """The loss of ``batch`` before each of ``steps`` Adam steps and after the last one (``steps + 1`` values),
-    every forward seeded alike; asserts finite losses and gradients at every step."""
+def train_steps(
+    model: PreTrainedModel, batch: Dict[str, object], steps: int, lr: float = 1e-2, key: Optional[str] = None
+) -> List[float]:
+    """The loss of ``batch`` (``outputs.loss``, or ``outputs.loss_dict[key]``) before each of ``steps`` Adam steps and
+    after the last one (``steps + 1`` values), every forward seeded alike; asserts finite losses and gradients at
+    every step."""
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     losses = []
     for _ in range(steps):
@@ -170,7 +173,14 @@ def train_steps(model: PreTrainedModel, batch: Dict[str, object], steps: int, lr
         gradients = [p.grad for p in model.parameters() if p.grad is not None]
         assert gradients and all(torch.isfinite(g).all() for g in gradients)
         optimizer.step()
-        losses.append(float(outputs.loss.detach()))
+        losses.append(float((outputs.loss if key is None else outputs.loss_dict[key]).detach()))
     with torch.no_grad():
-        losses.append(float(seeded_forward(model, batch).loss))
+        outputs = seeded_forward(model, batch)
+        losses.append(float(outputs.loss if key is None else outputs.loss_dict[key]))
     return losses
+
+
+def window_drop(values: Sequence[float], window: int) -> float:
+    """How far a trajectory fell: the mean of its first ``window`` values minus the mean of its last ``window``
+    (single values are noisy: a DETR's matching changes from step to step)."""
+    return sum(values[:window]) / window - sum(values[-window:]) / window

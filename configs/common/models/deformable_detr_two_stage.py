@@ -30,7 +30,9 @@ model = L(HuggingFaceDETR)(
     ),
     pretrained="",
     num_classes=80,
-    loss=L(SetRankingLoss)(criterion=L(RankSortCriterion)(delta=0.5, loc_error_kind="giou")),
+    loss=L(SetRankingLoss)(
+        criterion=L(RankSortCriterion)(delta=0.5, loc_error_kind="giou"), box_terms="value_balanced"
+    ),
     pixel_mean=[123.675, 116.28, 103.53],  # ImageNet's, RGB
     pixel_std=[58.395, 57.12, 57.375],
     input_format="RGB",
