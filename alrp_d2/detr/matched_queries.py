@@ -103,8 +103,8 @@ def matched_sets(sets: Sequence[SetInputs], targets: Targets) -> List[MatchedQue
         sets,
     )
     return [
-        MatchedQueries(row, label, boxes, logits.shape[0] * logits.shape[1], logits.shape[2])
-        for row, label, boxes, (logits, _, _) in parts
+        MatchedQueries(row, label, boxes.to(pred_boxes.dtype), logits.shape[0] * logits.shape[1], logits.shape[2])
+        for row, label, boxes, (logits, pred_boxes, _) in parts
     ]
 
 
