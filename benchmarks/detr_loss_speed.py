@@ -68,7 +68,7 @@ sys.path.insert(0, ROOT)
 
 from alrp_d2.criteria import RankSortCriterion  # noqa: E402
 from alrp_d2.detr import MatchedSet, SetRankingLoss, set_prediction_criterion  # noqa: E402
-from alrp_d2.detr.matched_queries import matched_queries, pair_box_losses  # noqa: E402
+from alrp_d2.detr.matched_queries import matched_sets, pair_box_losses  # noqa: E402
 from alrp_d2.detr.set_matching import match_sets, rt_detr_cost  # noqa: E402
 from benchmarks.detr_switched_cost import SCALES as MODEL_SCALES  # noqa: E402
 from benchmarks.detr_switched_cost import load_previous_package, print_rows  # noqa: E402
@@ -232,8 +232,9 @@ def brl_layer_loss(repo: str, device: str) -> LayerLoss:
     bucketed = load_reference("rank_sort", "BRL", repo, device)
 
     def loss(logits: Tensor, boxes: Tensor, indices: Indices, targets: List[Dict[str, Tensor]], num_boxes: float):
-        matched = matched_queries(logits, boxes, indices, targets)
-        l1, giou, ious = pair_box_losses(boxes, matched)
+        (matched,) = matched_sets([(logits, boxes, indices)], targets)
+        ((pair_losses,), (ious,)) = pair_box_losses([boxes], [matched])
+        l1, giou = pair_losses.unbind(1)
         flat_targets = torch.zeros(logits.numel(), device=logits.device)
         flat_targets[matched.row * NUM_CLASSES + matched.label] = ious.float()
         ranking, sorting = bucketed(logits.reshape(-1), flat_targets, 0.5)

@@ -17,9 +17,9 @@ from alrp_d2.detr import SetRankingLoss, set_prediction_criterion
 from .detr_step_cases import CRITERIA, step_sets
 from .user_criteria import zeroed
 
-#: The loss options each criterion is checked with (every box_terms mode but "model" is seen at least once).
+#: The loss options each criterion is checked with (every box_terms mode is seen at least once).
 OPTIONS = {
-    "RankSortCriterion": [{}, {"box_terms": "own", "corr_weight": 0.5}],
+    "RankSortCriterion": [{}, {"box_terms": "own", "corr_weight": 0.5}, {"box_terms": "model"}],
     "AlrpCriterion": [{"box_terms": "own"}],
     "APCriterion": [{"box_terms": "fixed"}],
     "InterpolatedAPCriterion": [{"rank_weight": 2.0}],
@@ -86,6 +86,18 @@ def test_the_criterion_a_user_overrides_ranks_every_set_in_one_call():
     assert float(stock[0]["loss_rank"]) > 0
     assert all(float(set_terms["loss_rank"]) == 0 for set_terms in zeroed_terms)
     assert float(zeroed_terms[0]["loss_bbox"]) == 0  # value-balanced to the zeroed ranking loss, as the stock one's
+
+
+def test_a_bad_set_among_several_raises_naming_its_image():
+    sets, first = step_sets(seed=1, num_targets=[2, 1])
+    query, target = sets[1].indices[1]
+    bad = sets[1]._replace(indices=[sets[1].indices[0], (torch.full_like(query, 12), target)])
+    loss = SetRankingLoss(RankSortCriterion(loc_error_kind="giou"))
+    with pytest.raises(ValueError, match=r"indices\[1\]: query index 12 out of range \[0, Q = 12\)"):
+        loss([sets[0], bad, *sets[2:]], first.targets)
+    repeated = sets[1]._replace(indices=[(query.repeat(2), target.repeat(2)) for query, target in sets[1].indices])
+    with pytest.raises(ValueError, match=r"indices\[0\]: query \d+ is matched more than once"):
+        loss([sets[0], repeated], first.targets)
 
 
 def test_the_outputs_are_checked():

@@ -3,9 +3,9 @@ boxes of the layer's queries as the ranking criteria read them.
 
 A DETR-family matcher (Hungarian, or the fixed assignment of the denoising groups) returns for every image a pair
 ``(query indices, target indices)``; the targets are HF's per-image dicts ``{"class_labels": (T,), "boxes": (T, 4)}``
-with normalised cxcywh boxes. :func:`matched_queries` validates them against the layer's ``logits`` (B, Q, C) and
-``pred_boxes`` (B, Q, 4) and flattens them once (one ``torch.cat`` per list, one host synchronisation for all value
-checks); a row of the layer is the query ``b * Q + q``.
+with normalised cxcywh boxes. :func:`matched_sets` validates them against each layer's ``logits`` (B, Q, C) and
+``pred_boxes`` (B, Q, 4) and flattens them once for all layers of a step (one ``torch.cat`` per list, one host
+synchronisation for all value checks); a row of a layer is the query ``b * Q + q``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,16 @@ from ..criteria import PositiveTargets
 from ..losses.input_checks import NonFiniteInputError
 from ..losses.serial_indexing import take_rows
 
-__all__ = ["BOX_EPS", "MatchedQueries", "QueryBoxes", "check_target", "cxcywh_to_xyxy", "matched_queries"]
+__all__ = [
+    "BOX_EPS",
+    "MatchedQueries",
+    "QueryBoxes",
+    "check_target",
+    "cxcywh_to_xyxy",
+    "matched_sets",
+    "pair_box_losses",
+    "pair_ious",
+]
 
 #: The smallest union and enclosing area of the IoU and GIoU (a floor, as mmdetection's, not an added term: the IoU of
 #: identical boxes is exactly 1). Normalised boxes have areas down to ~1e-6 of the image, where the pixel-scale 1e-7
@@ -28,6 +37,8 @@ BOX_EPS = 1e-12
 
 Indices = Sequence[Tuple[Tensor, Tensor]]
 Targets = Sequence[Mapping[str, Tensor]]
+#: One set as :func:`matched_sets` takes it: (B, Q, C) logits, (B, Q, 4) predicted boxes, its indices.
+SetInputs = Tuple[Tensor, Tensor, Indices]
 
 
 def cxcywh_to_xyxy(boxes: Tensor) -> Tensor:
@@ -59,52 +70,105 @@ class MatchedQueries(NamedTuple):
         return labels.index_copy_(0, self.row, self.label)
 
 
-def matched_queries(logits: Tensor, pred_boxes: Tensor, indices: Indices, targets: Targets) -> MatchedQueries:
-    """The validated, flattened matched pairs of one layer (module docstring).
+def matched_sets(sets: Sequence[SetInputs], targets: Targets) -> List[MatchedQueries]:
+    """The validated, flattened matched pairs of every set of a step (module docstring), in the order of ``sets``:
+    the targets concatenated once and the pairs of all sets checked together (one host synchronisation).
+
+    Args:
+        sets: per set, its (B, Q, C) logits, (B, Q, 4) predicted boxes and per image (query indices, target indices).
+        targets: per image, ``{"class_labels": (T,), "boxes": (T, 4)}`` (normalised cxcywh).
 
     Raises:
         ValueError: naming the argument, the image and the shapes, for wrong shapes or types, an index out of range,
-            a query matched twice in one image, a class label outside [0, C) or a target box of negative size.
+            a query matched twice in one image, a class label outside [0, C) or a target box of negative size (the
+            first set that fails).
         NonFiniteInputError: for a NaN or infinite logit, predicted box or target box.
     """
-    _check_structure(logits, pred_boxes, indices, targets)
-    batch, queries, num_classes = logits.shape
-    device = logits.device
-    pair_counts = [len(pair[0]) for pair in indices]
+    for logits, pred_boxes, indices in sets:
+        _check_structure(logits, pred_boxes, indices, targets)
+    if not sets:
+        return []
+    pairs = _flat_pairs(sets, targets)
+    if any(pairs.failed):
+        for one in sets:  # every check fails for the step iff it fails for a set: the first such set raises
+            failing = _flat_pairs([one], targets)
+            if any(failing.failed):
+                _raise_first_failure(failing, one[0].shape)
+    target_index = pairs.target + take_rows(torch.cumsum(pairs.counts, 0) - pairs.counts, pairs.image)
+    sizes = [sum(len(pair[0]) for pair in indices) for _, _, indices in sets]
+    parts = zip(
+        pairs.row.split(sizes),
+        take_rows(pairs.labels, target_index).split(sizes),
+        take_rows(pairs.boxes, target_index).split(sizes),
+        sets,
+    )
+    return [
+        MatchedQueries(row, label, boxes.to(pred_boxes.dtype), logits.shape[0] * logits.shape[1], logits.shape[2])
+        for row, label, boxes, (logits, pred_boxes, _) in parts
+    ]
+
+
+class _Pairs(NamedTuple):
+    """The matched pairs of a step's sets, flattened, and which of the checks of :func:`matched_sets` fail."""
+
+    image: Tensor
+    query: Tensor
+    target: Tensor
+    row: Tensor
+    sorted_rows: Tensor
+    labels: Tensor
+    boxes: Tensor
+    counts: Tensor
+    target_counts: List[int]
+    failed: List[bool]
+
+
+def _flat_pairs(sets: Sequence[SetInputs], targets: Targets) -> _Pairs:
+    """All sets' pairs in one tensor per field: a pair's row ``b * Q + q`` in its set and, for the duplicate check,
+    in the step (its set's rows after those of the sets before); the checks read in one host synchronisation."""
+    device = sets[0][0].device
+    blocks = []  # per (set, image): its first row in the step, its first row in the set, Q, the image
+    base = 0
+    for logits, _, _ in sets:
+        batch, queries = logits.shape[:2]
+        blocks += [[base + image * queries, image * queries, queries, image] for image in range(batch)]
+        base += batch * queries
+    pair_counts = [len(pair[0]) for _, _, indices in sets for pair in indices]
     target_counts = [len(target["class_labels"]) for target in targets]
     # HF's matchers return CPU index tensors, its denoising indices are on the logits' device: concatenated where they
     # are, moved once.
-    query = _cat_indices([pair[0] for pair in indices]).to(device)
-    target = _cat_indices([pair[1] for pair in indices]).to(device)
-    image = torch.arange(batch, device=device).repeat_interleave(
-        torch.tensor(pair_counts, dtype=torch.long, device=device), output_size=sum(pair_counts)
+    query = _cat_indices([pair[0] for _, _, indices in sets for pair in indices]).to(device)
+    target = _cat_indices([pair[1] for _, _, indices in sets for pair in indices]).to(device)
+    step_start, set_start, limit, image = (
+        torch.tensor(blocks, dtype=torch.long, device=device)
+        .reshape(-1, 4)
+        .repeat_interleave(torch.tensor(pair_counts, dtype=torch.long, device=device), 0, output_size=len(query))
+        .unbind(1)
     )
     labels = torch.cat(
         [torch.zeros(0, dtype=torch.long, device=device)] + [t["class_labels"].to(device) for t in targets]
     )
-    boxes = torch.cat([pred_boxes.new_zeros(0, 4)] + [t["boxes"].to(device, pred_boxes.dtype) for t in targets])
+    box_dtype = sets[0][1].dtype
+    boxes = torch.cat(
+        [torch.zeros(0, 4, dtype=box_dtype, device=device)] + [t["boxes"].to(device, box_dtype) for t in targets]
+    )
     counts = torch.tensor(target_counts, dtype=torch.long, device=device)
-    row = image * queries + query
-    sorted_rows = torch.sort(row).values
-
+    sorted_rows = torch.sort(step_start + query).values
+    num_classes = min(logits.shape[2] for logits, _, _ in sets)
     failed = torch.stack(
         [
-            ((query < 0) | (query >= queries)).any(),
+            ((query < 0) | (query >= limit)).any(),
             ((target < 0) | (target >= take_rows(counts, image))).any(),
             (sorted_rows[1:] == sorted_rows[:-1]).any(),
             ((labels < 0) | (labels >= num_classes)).any(),
             (boxes[:, 2:] < 0).any(),
-            ~_all_finite(logits),
-            ~_all_finite(pred_boxes),
+            ~torch.stack([_all_finite(logits) for logits, _, _ in sets]).all(),
+            ~torch.stack([_all_finite(pred_boxes) for _, pred_boxes, _ in sets]).all(),
             ~_all_finite(boxes),
         ]
     ).tolist()  # the one host synchronisation of the checks
-    if any(failed):
-        _raise_first_failure(failed, logits.shape, image, query, target, sorted_rows, labels, target_counts)
-    target_index = target + take_rows(torch.cumsum(counts, 0) - counts, image)
-    return MatchedQueries(
-        row, take_rows(labels, target_index), take_rows(boxes, target_index), batch * queries, num_classes
-    )
+    row = set_start + query
+    return _Pairs(image, query, target, row, sorted_rows, labels, boxes, counts, target_counts, failed)
 
 
 def _all_finite(values: Tensor) -> Tensor:
@@ -177,19 +241,18 @@ def check_target(target: object, name: str) -> None:
         )
 
 
-def _raise_first_failure(
-    failed: List[bool],
-    shape: torch.Size,
-    image: Tensor,
-    query: Tensor,
-    target: Tensor,
-    sorted_rows: Tensor,
-    labels: Tensor,
-    target_counts: List[int],
-) -> None:
-    """The error of the first failed check of :func:`matched_queries`, naming the image (a few more host
-    synchronisations, on this path only)."""
-    query_range, target_range, repeated, label_range, negative_size, bad_logits, bad_pred, _ = failed
+def _raise_first_failure(pairs: _Pairs, shape: torch.Size) -> None:
+    """The error of the first failed check of the ``pairs`` of one set (:func:`matched_sets`), naming the image (a
+    few more host synchronisations, on this path only)."""
+    image, query, target, sorted_rows, labels, target_counts = (
+        pairs.image,
+        pairs.query,
+        pairs.target,
+        pairs.sorted_rows,
+        pairs.labels,
+        pairs.target_counts,
+    )
+    query_range, target_range, repeated, label_range, negative_size, bad_logits, bad_pred, _ = pairs.failed
     queries, num_classes = shape[1], shape[2]
     if query_range or target_range:
         bad = (
@@ -258,13 +321,32 @@ class QueryBoxes:
         return torch.zeros_like(positives.row)
 
 
-def pair_box_losses(pred_boxes: Tensor, matched: MatchedQueries) -> Tuple[Tensor, Tensor, Tensor]:
-    """(P,) each matched pair's L1 distance (summed over the four normalised cxcywh coordinates), 1 - GIoU and IoU
-    (detached) of its predicted box with its target box."""
-    predicted = take_rows(pred_boxes.reshape(-1, 4), matched.row)
-    l1 = (predicted - matched.target_boxes).abs().sum(dim=-1)
-    iou, giou = floored_iou_giou(cxcywh_to_xyxy(predicted), cxcywh_to_xyxy(matched.target_boxes))
-    return l1, 1.0 - giou, iou.detach()
+def pair_box_losses(
+    pred_boxes: Sequence[Tensor], matched: Sequence[MatchedQueries]
+) -> Tuple[List[Tensor], List[Tensor]]:
+    """Per set of ``matched`` (its (B, Q, 4) ``pred_boxes``), (P, 2) each matched pair's L1 distance (summed over the
+    four normalised cxcywh coordinates) and 1 - GIoU, and (P,) its IoU (detached); the pairs of all sets in one
+    call."""
+    predicted, target_boxes = _pair_boxes(pred_boxes, matched)
+    l1 = (predicted - target_boxes).abs().sum(dim=-1)
+    iou, giou = floored_iou_giou(cxcywh_to_xyxy(predicted), cxcywh_to_xyxy(target_boxes))
+    sizes = [len(pairs.row) for pairs in matched]
+    return list(torch.stack([l1, 1.0 - giou], dim=1).split(sizes)), list(iou.detach().split(sizes))
+
+
+def pair_ious(pred_boxes: Sequence[Tensor], matched: Sequence[MatchedQueries]) -> List[Tensor]:
+    """Per set, (P,) the IoU of each matched pair, outside the graph (what the ranking reads when the box terms are
+    the model's); the pairs of all sets in one call."""
+    with torch.no_grad():
+        predicted, target_boxes = _pair_boxes(pred_boxes, matched)
+        iou, _ = floored_iou_giou(cxcywh_to_xyxy(predicted), cxcywh_to_xyxy(target_boxes))
+    return list(iou.split([len(pairs.row) for pairs in matched]))
+
+
+def _pair_boxes(pred_boxes: Sequence[Tensor], matched: Sequence[MatchedQueries]) -> Tuple[Tensor, Tensor]:
+    """(P, 4) the predicted and the target box of every matched pair of all sets, normalised cxcywh."""
+    predicted = [take_rows(boxes.reshape(-1, 4), pairs.row) for boxes, pairs in zip(pred_boxes, matched)]
+    return torch.cat(predicted), torch.cat([pairs.target_boxes for pairs in matched])
 
 
 def floored_iou_giou(boxes: Tensor, targets: Tensor) -> Tuple[Tensor, Tensor]:

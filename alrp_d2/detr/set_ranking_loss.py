@@ -30,7 +30,7 @@ from ..criteria.output_check import check_criterion_outputs
 from ..losses.global_ranking import RankingGroup, check_ranking, exchange_checked, global_mean, ranking_group
 from ..losses.ranking_statistics import RankingStatistics
 from .box_normaliser import check_box_normaliser
-from .matched_queries import Indices, MatchedQueries, QueryBoxes, Targets, matched_queries, pair_box_losses
+from .matched_queries import Indices, MatchedQueries, QueryBoxes, Targets, matched_sets, pair_box_losses, pair_ious
 
 __all__ = ["BOX_TERMS", "MatchedSet", "SetRankingLoss"]
 
@@ -52,11 +52,11 @@ class MatchedSet(NamedTuple):
 
 
 class _Layer(NamedTuple):
-    """One set's matched pairs, their (P, 2) L1 and 1 - GIoU, its boxes as the criterion reads them and the
-    criterion's inputs."""
+    """One set's matched pairs, their (P, 2) L1 and 1 - GIoU (None with the model's box terms), its boxes as the
+    criterion reads them and the criterion's inputs."""
 
     matched: MatchedQueries
-    pair_losses: Tensor
+    pair_losses: Optional[Tensor]
     source: QueryBoxes
     ranking: CriterionSet
 
@@ -189,29 +189,37 @@ class SetRankingLoss(nn.Module):
         if not sets:
             return []
         group = ranking_group(self.ranking)  # per call: the process group may start after the model is built
-        layers = [self._layer(matched_set, targets, group) for matched_set in sets]
+        layers = self._layers(sets, targets, group)
         rankings = [layer.ranking for layer in layers]
         outputs = self.criterion(rankings, group)
         check_criterion_outputs(self.criterion, outputs, rankings)
         return [self._terms(layer, output, group) for layer, output in zip(layers, outputs)]
 
-    def _layer(self, matched_set: MatchedSet, targets: Targets, group: Optional[RankingGroup]) -> _Layer:
-        """The validated matched pairs of one set, their box losses and the criterion's inputs."""
-        logits, pred_boxes, indices = matched_set
-        matched = _validated(logits, pred_boxes, indices, targets, group)
-        l1, giou, ious = pair_box_losses(pred_boxes, matched)
-        source = QueryBoxes(pred_boxes, matched, ious)
-        flat_logits = logits.reshape(matched.num_rows, matched.num_classes)
-        ranked = self.criterion.targets(RowLabels(matched.row_labels(), matched.num_classes), source)
-        loc_losses = self.criterion.localisation_losses(ranked.box, source)
-        return _Layer(matched, torch.stack([l1, giou], dim=1), source, CriterionSet(flat_logits, ranked, loc_losses))
+    def _layers(self, sets: Sequence[MatchedSet], targets: Targets, group: Optional[RankingGroup]) -> List[_Layer]:
+        """The validated matched pairs of every set, their box losses (only the IoUs with the model's box terms: all
+        sets' pairs at once) and each set's criterion inputs."""
+        matched = _validated(sets, targets, group)
+        pred_boxes = [matched_set.pred_boxes for matched_set in sets]
+        if self.box_terms == "model":
+            ious = pair_ious(pred_boxes, matched)
+            pair_losses: Sequence[Optional[Tensor]] = [None] * len(sets)
+        else:
+            pair_losses, ious = pair_box_losses(pred_boxes, matched)
+        layers = []
+        for (logits, boxes, _), pairs, losses, set_ious in zip(sets, matched, pair_losses, ious):
+            source = QueryBoxes(boxes, pairs, set_ious)
+            flat_logits = logits.reshape(pairs.num_rows, pairs.num_classes)
+            ranked = self.criterion.targets(RowLabels(pairs.row_labels(), pairs.num_classes), source)
+            loc_losses = self.criterion.localisation_losses(ranked.box, source)
+            layers.append(_Layer(pairs, losses, source, CriterionSet(flat_logits, ranked, loc_losses)))
+        return layers
 
     def _terms(self, layer: _Layer, output: CriterionOutput, group: Optional[RankingGroup]) -> Dict[str, Tensor]:
         """The weighted terms of one set from the criterion's ``output``; its statistics recorded."""
         self._statistics = output.statistics.with_values(cls=output.loss_cls, loc=output.loss_loc)
         loss_rank = self.rank_weight * output.loss_cls
         losses = {"loss_rank": loss_rank}
-        if self.box_terms != "model":
+        if layer.pair_losses is not None:
             losses.update(self._box_terms(loss_rank, layer.pair_losses, group))
         if self.box_terms == "own":
             own = output.loc_factor * output.loss_loc
@@ -246,18 +254,16 @@ class SetRankingLoss(nn.Module):
         )
 
 
-def _validated(
-    logits: Tensor, pred_boxes: Tensor, indices: Indices, targets: Targets, group: Optional[RankingGroup]
-) -> MatchedQueries:
-    """:func:`matched_queries`; with a group, invalid inputs on any worker raise on every worker (no worker is left
+def _validated(sets: Sequence[MatchedSet], targets: Targets, group: Optional[RankingGroup]) -> List[MatchedQueries]:
+    """:func:`matched_sets`; with a group, invalid inputs on any worker raise on every worker (no worker is left
     waiting in a collective)."""
-    result: List[MatchedQueries] = []
+    result: List[List[MatchedQueries]] = []
 
     def check() -> int:
-        result.append(matched_queries(logits, pred_boxes, indices, targets))
-        return len(result[0].row)
+        result.append(matched_sets(sets, targets))
+        return sum(len(pairs.row) for pairs in result[0])
 
-    exchange_checked(check, logits.device, group)
+    exchange_checked(check, sets[0].logits.device, group)
     return result[0]
 
 
