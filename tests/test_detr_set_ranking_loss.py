@@ -289,7 +289,9 @@ def test_logits_without_a_class_are_refused(criterion):
     layer = make_layer(seed=1, num_targets=[0, 0])
     logits = layer.logits[..., :0]
     with pytest.raises(ValueError, match=r"logits \(.*, 0\) have no class \(C = 0\)"):
-        SetRankingLoss(set_prediction_criterion(criterion))(logits, layer.pred_boxes, layer.indices, layer.targets)
+        SetRankingLoss(set_prediction_criterion(criterion))(
+            [MatchedSet(logits, layer.pred_boxes, layer.indices)], layer.targets
+        )
 
 
 WITHOUT_TRANSFORMERS = r"""
