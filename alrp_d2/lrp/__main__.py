@@ -14,41 +14,25 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from .coco_api import evaluate_detections
 from .coco_files import CocoFileError, load_coco_pair
+from .command_output import cell, rows_text, without_nan
 from .lvis_command import run_lvis
 from .panoptic_command import run_panoptic
 from .results import LRP_METRICS, PER_CLASS_KEYS
 
 
-def _cell(value: float, digits: int = 3) -> str:
-    return "-" if math.isnan(value) else f"{value:.{digits}f}"
-
-
-def _rows_text(rows: List[List[str]]) -> str:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(cell.rjust(width) for cell, width in zip(row, widths)).rstrip() for row in rows)
-
-
 def results_table(results: Dict[str, Any], names: Dict[int, str], iou_type: str) -> str:
     """The means, then one line per category: ground truths, oLRP, its components and the LRP-optimal threshold."""
-    summary = [list(LRP_METRICS), [_cell(results[m]) for m in LRP_METRICS]]
+    summary = [list(LRP_METRICS), [cell(results[m]) for m in LRP_METRICS]]
     header = ["category", "id", "GTs", "oLRP", "oLRP_loc", "oLRP_FP", "oLRP_FN", "threshold"]
     per_class = [header]
     for i, category_id in enumerate(results["classes"]):
-        values = [_cell(results[key][i], 4 if key == "thresholds" else 3) for key in PER_CLASS_KEYS]
+        values = [cell(results[key][i], 4 if key == "thresholds" else 3) for key in PER_CLASS_KEYS]
         per_class.append([names[category_id], str(category_id), str(results["num_gt_per_class"][i]), *values])
     similarity = "OKS" if iou_type == "keypoints" else "IoU"
     return (
-        f"LRP ({iou_type}, {similarity} 0.5; x100 but rho; '-' undefined)\n{_rows_text(summary)}\n\n"
-        f"Per category (threshold: the LRP-optimal score threshold)\n{_rows_text(per_class)}"
+        f"LRP ({iou_type}, {similarity} 0.5; x100 but rho; '-' undefined)\n{rows_text(summary)}\n\n"
+        f"Per category (threshold: the LRP-optimal score threshold)\n{rows_text(per_class)}"
     )
-
-
-def _without_nan(value: Any) -> Any:
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    if isinstance(value, list):
-        return [_without_nan(v) for v in value]
-    return value
 
 
 def _sigmas(text: str) -> List[float]:
@@ -105,7 +89,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     results = evaluate_detections(coco_gt, detections, args.iou_type, keypoint_sigmas=args.keypoint_sigmas)
     if args.json:
-        print(json.dumps({key: _without_nan(value) for key, value in results.items()}))
+        print(json.dumps({key: without_nan(value) for key, value in results.items()}))
     else:
         names = {category["id"]: str(category["name"]) for category in coco_gt.dataset["categories"]}
         print(results_table(results, names, args.iou_type))

@@ -6,46 +6,29 @@ status 2."""
 from __future__ import annotations
 
 import json
-import math
 import sys
-from typing import Any, Dict, List
+from typing import Any, Dict
 
+from .command_output import cell, rows_text, without_nan
 from .lvis_evaluation import LVIS_LRP_METRICS, evaluate_lvis
 from .lvis_files import IOU_TYPES, LVISFileError
 from .results import PER_CLASS_KEYS
 
 
-def _cell(value: float, digits: int = 3) -> str:
-    return "-" if math.isnan(value) else f"{value:.{digits}f}"
-
-
-def _rows_text(rows: List[List[str]]) -> str:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(cell.rjust(width) for cell, width in zip(row, widths)).rstrip() for row in rows)
-
-
 def lvis_table(results: Dict[str, Any], iou_type: str) -> str:
     """The means, then one line per category with ground truth: its frequency group, ground truths, oLRP, its
     components and the LRP-optimal threshold."""
-    summary = [list(LVIS_LRP_METRICS), [_cell(results[m]) for m in LVIS_LRP_METRICS]]
+    summary = [list(LVIS_LRP_METRICS), [cell(results[m]) for m in LVIS_LRP_METRICS]]
     per_class = [["id", "group", "GTs", "oLRP", "oLRP_loc", "oLRP_FP", "oLRP_FN", "threshold"]]
     for i, category_id in enumerate(results["classes"]):
         if results["num_gt_per_class"][i]:
-            values = [_cell(results[key][i], 4 if key == "thresholds" else 3) for key in PER_CLASS_KEYS]
+            values = [cell(results[key][i], 4 if key == "thresholds" else 3) for key in PER_CLASS_KEYS]
             group, num_gt = results["frequencies"][i], str(results["num_gt_per_class"][i])
             per_class.append([str(category_id), group, num_gt, *values])
     return (
-        f"LVIS LRP ({iou_type}, IoU 0.5; x100; r/c/f: rare, common, frequent; '-' undefined)\n{_rows_text(summary)}"
-        f"\n\nPer category with ground truth (threshold: the LRP-optimal score threshold)\n{_rows_text(per_class)}"
+        f"LVIS LRP ({iou_type}, IoU 0.5; x100; r/c/f: rare, common, frequent; '-' undefined)\n{rows_text(summary)}"
+        f"\n\nPer category with ground truth (threshold: the LRP-optimal score threshold)\n{rows_text(per_class)}"
     )
-
-
-def _without_nan(value: Any) -> Any:
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    if isinstance(value, list):
-        return [_without_nan(v) for v in value]
-    return value
 
 
 def run_lvis(ground_truth: str, detections: str, iou_type: str, as_json: bool) -> int:
@@ -60,7 +43,7 @@ def run_lvis(ground_truth: str, detections: str, iou_type: str, as_json: bool) -
         print(f"python -m alrp_d2.lrp: {error}", file=sys.stderr)
         return 2
     if as_json:
-        print(json.dumps({key: _without_nan(value) for key, value in results.items()}))
+        print(json.dumps({key: without_nan(value) for key, value in results.items()}))
     else:
         print(lvis_table(results, iou_type))
     return 0

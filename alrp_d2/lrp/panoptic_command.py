@@ -5,10 +5,10 @@ cannot be evaluated is refused with one line naming the file, the image and the 
 from __future__ import annotations
 
 import json
-import math
 import sys
 from typing import Any, Dict, List
 
+from .command_output import cell, rows_text, without_nan
 from .panoptic import PANOPTIC_METRICS, evaluate_panoptic
 from .panoptic_files import PanopticFileError, read_categories, read_json
 
@@ -16,37 +16,22 @@ GROUP_NAMES = {"": "All", "_th": "Things", "_st": "Stuff"}
 PER_CLASS_COLUMNS = ("TP", "FP", "FN", "LRP", "LRP_loc", "LRP_FP", "LRP_FN", "PQ")
 
 
-def _cell(value: float) -> str:
-    return "-" if isinstance(value, float) and math.isnan(value) else f"{value:.3f}"
-
-
-def _rows_text(rows: List[List[str]]) -> str:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(cell.rjust(width) for cell, width in zip(row, widths)).rstrip() for row in rows)
-
-
 def panoptic_table(results: Dict[str, Any], names: List[str]) -> str:
     """The means of all classes, things and stuff, then one line per category: its counts, LRP, components, PQ."""
     means = [["", *PANOPTIC_METRICS, "classes"]]
     for suffix, group in GROUP_NAMES.items():
         means.append(
-            [group, *(_cell(results[m + suffix]) for m in PANOPTIC_METRICS), str(results["num_classes" + suffix])]
+            [group, *(cell(results[m + suffix]) for m in PANOPTIC_METRICS), str(results["num_classes" + suffix])]
         )
     per_class = [["category", "id", "thing", *PER_CLASS_COLUMNS]]
     for i, category_id in enumerate(results["classes"]):
         counts = [str(results[f"{key}_per_class"][i]) for key in ("TP", "FP", "FN")]
-        values = [_cell(results[f"{key}_per_class"][i]) for key in PER_CLASS_COLUMNS[3:]]
+        values = [cell(results[f"{key}_per_class"][i]) for key in PER_CLASS_COLUMNS[3:]]
         per_class.append([names[i], str(category_id), "yes" if results["isthing"][i] else "no", *counts, *values])
     return (
-        f"Panoptic LRP and PQ (IoU > 0.5; x100; '-' undefined)\n{_rows_text(means)}\n\n"
-        f"Per category\n{_rows_text(per_class)}"
+        f"Panoptic LRP and PQ (IoU > 0.5; x100; '-' undefined)\n{rows_text(means)}\n\n"
+        f"Per category\n{rows_text(per_class)}"
     )
-
-
-def _without_nan(value: Any) -> Any:
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    return [_without_nan(v) for v in value] if isinstance(value, list) else value
 
 
 def run_panoptic(gt_json: str, pred_json: str, gt_folder: str, pred_folder: str, as_json: bool) -> int:
@@ -58,7 +43,7 @@ def run_panoptic(gt_json: str, pred_json: str, gt_folder: str, pred_folder: str,
         print(f"python -m alrp_d2.lrp: {error}", file=sys.stderr)
         return 2
     if as_json:
-        print(json.dumps({key: _without_nan(value) for key, value in results.items()}))
+        print(json.dumps({key: without_nan(value) for key, value in results.items()}))
     else:
         print(panoptic_table(results, names))
     return 0
