@@ -6,23 +6,14 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
-from typing import Any, Dict, Tuple
+from typing import Any, Dict
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "lrp_official"
+from .lrp_official_cases import FIXTURES, PER_CLASS
+from .lrp_official_cases import case_files as lvis_files
+
+__all__ = ["LVIS_CASES", "lvis_files", "official_lvis"]
+
 LVIS_CASES = ("lvis_boxes", "lvis_masks", "lvis_masks_with_boxes")
-#: The official per-category arrays (area 'all') and the project's keys.
-PER_CLASS = {
-    "olrp": "oLRP_per_class",
-    "olrp_loc": "oLRP_loc_per_class",
-    "olrp_fp": "oLRP_FP_per_class",
-    "olrp_fn": "oLRP_FN_per_class",
-    "lrp_opt_thr": "thresholds",
-}
-
-
-def lvis_files(case: str) -> Tuple[Path, Path]:
-    return FIXTURES / f"{case}_gt.json", FIXTURES / f"{case}_dt.json"
 
 
 def official_lvis(case: str) -> Dict[str, Any]:
